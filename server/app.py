@@ -1,0 +1,140 @@
+"""The ASGI app: HTTP routes and the WebSocket route on one port, registered per the gating."""
+
+from __future__ import annotations
+
+import contextlib
+import hmac
+import importlib
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from starlette.applications import Starlette
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route as StarletteRoute
+from starlette.routing import WebSocketRoute
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from server.context import ServerContext
+from server.errors import ApiError, error_response
+from server.routes import Route
+
+log = logging.getLogger("tokenwire")
+
+# Every module that contributes HTTP routes. Each exposes ``routes() -> list[Route]``.
+ROUTE_MODULES = (
+    "server.routes.common",
+)
+# Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
+WEBSOCKET_MODULES: tuple[str, ...] = ()
+
+# Paths anyone may read without an API key.
+PUBLIC_PATHS = frozenset({"/health", "/version", "/", "/openapi.json"})
+PUBLIC_PREFIXES = ("/static/",)
+
+
+def all_routes() -> list[Route]:
+    out: list[Route] = []
+    for name in ROUTE_MODULES:
+        out.extend(importlib.import_module(name).routes())
+    return out
+
+
+def enabled_routes(ctx: ServerContext) -> list[Route]:
+    return [r for r in all_routes() if r.group in ctx.gating]
+
+
+def _wrap(route: Route) -> Any:
+    flavor = "anthropic" if route.path.startswith("/v1/messages") else "openai"
+
+    async def endpoint(request: Request) -> Response:
+        try:
+            return await route.endpoint(request)
+        except Exception as exc:  # translated once, here; never str(exc) to the client
+            return error_response(exc, flavor=flavor)
+
+    endpoint.__name__ = getattr(route.endpoint, "__name__", "endpoint")
+    return endpoint
+
+
+class ApiKeyMiddleware:
+    """Checks ``Authorization: Bearer KEY`` (or ``x-api-key``) on HTTP requests. WebSocket
+    upgrades are checked by the WebSocket route itself, so it can refuse before accepting."""
+
+    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
+        self.app = app
+        self.keys = tuple(k.encode() for k in keys)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or not self.keys or _is_public(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        given = _bearer(headers.get(b"authorization", b"")) or headers.get(b"x-api-key", b"")
+        if not given:
+            response = error_response(ApiError(401, "Missing API key; send 'Authorization: Bearer <key>'."))
+        elif not any(hmac.compare_digest(given, k) for k in self.keys):
+            response = error_response(ApiError(401, "Invalid API key."))
+        else:
+            await self.app(scope, receive, send)
+            return
+        await response(scope, receive, send)
+
+
+def _bearer(value: bytes) -> bytes:
+    scheme, _, token = value.partition(b" ")
+    return token.strip() if scheme.lower() == b"bearer" else b""
+
+
+def _is_public(path: str) -> bool:
+    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
+
+
+def api_key_ok(ctx: ServerContext, given: str | None) -> bool:
+    """One check for every transport (HTTP middleware above, WebSocket upgrade)."""
+    keys = ctx.settings.api_keys
+    if not keys:
+        return True
+    return given is not None and any(hmac.compare_digest(given.encode(), k.encode()) for k in keys)
+
+
+def create_app(ctx: ServerContext) -> Starlette:
+    routes: list[Any] = [
+        StarletteRoute(r.path, _wrap(r), methods=list(r.methods)) for r in enabled_routes(ctx)
+    ]
+    for name in WEBSOCKET_MODULES:
+        for path, endpoint, group in importlib.import_module(name).websocket_routes():
+            if group in ctx.gating:
+                routes.append(WebSocketRoute(path, endpoint))
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        if ctx.gating.info:
+            log.info(ctx.gating.info)
+        if ctx.engine is not None:
+            await ctx.engine.start()
+        try:
+            yield
+        finally:
+            if ctx.engine is not None:
+                await ctx.engine.close()
+
+    middleware = [Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys)]
+    app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
+                    exception_handlers={404: _not_found, 405: _method_not_allowed})
+    app.state.ctx = ctx
+    return app
+
+
+async def _not_found(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(404, f"Not found: {request.method} {request.url.path}"))
+
+
+async def _method_not_allowed(request: Request, exc: Exception) -> Response:
+    return error_response(ApiError(405, f"Method {request.method} is not allowed on {request.url.path}"))
+
+
+def ctx_of(request: Request) -> ServerContext:
+    return request.app.state.ctx  # type: ignore[no-any-return]

@@ -1,0 +1,170 @@
+"""The ``tokenwire`` command line.
+
+::
+
+    tokenwire serve [MODEL] [--tokens-only] [options]   full server (or the tokens-only engine)
+    tokenwire launch render MODEL [--engine-url URL]     render + derender, no torch
+    tokenwire assets [--only NAME ...]                  build the offline model assets
+
+Configuration errors (a missing model directory, invalid gating) print one line and exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from server.settings import Mode, Settings
+
+EXIT_USAGE = 2
+
+
+def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
+    p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=8000,
+                   help="port to bind (default 8000; 0 picks a free port and prints it)")
+    p.add_argument("--served-model-name", default=None,
+                   help="model name clients use (default: the model directory's name)")
+    p.add_argument("--max-model-len", type=int, default=None,
+                   help="context length (default: from the model's config)")
+    p.add_argument("--chat-template", default=None,
+                   help="a Jinja chat template file (or template text) to use instead of the model's")
+    p.add_argument("--tool-call-parser", default=None,
+                   help="tool-call parser: hermes, llama3_json, mistral, pythonic, deepseek_v3")
+    p.add_argument("--reasoning-parser", default=None, help="reasoning parser: deepseek_r1, qwen3")
+    p.add_argument("--enable-auto-tool-choice", action="store_true",
+                   help='allow tool_choice "auto" (needs --tool-call-parser)')
+    p.add_argument("--api-key", action="append", default=None,
+                   help="require this API key (repeatable; env TOKENWIRE_API_KEY)")
+    p.add_argument("--state-secret", default=None,
+                   help="secret that signs derender states; share it between replicas "
+                        "(env TOKENWIRE_STATE_SECRET; default: random per process, with a warning)")
+    p.add_argument("--engine-url", default=None,
+                   help="URL of a vLLM-compatible tokens-only engine for full pipelines"
+                   if render else "URL of a remote tokens-only engine to use instead of the local one")
+    p.add_argument("--enable-scale-out", action="store_true",
+                   help="expose the scale-out endpoints (same as TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS=1)")
+    p.add_argument("--allowed-origin", action="append", default=None,
+                   help="allow WebSocket connections from this Origin (repeatable; default: same host)")
+    p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="log level (default info)")
+    if not render:
+        p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32", "float16"],
+                       help="weights dtype for the local engine (auto: bf16 when the CPU supports it)")
+        p.add_argument("--max-num-seqs", type=int, default=32, help="max running sequences (default 32)")
+        p.add_argument("--max-num-batched-tokens", type=int, default=2048,
+                       help="max tokens in one engine step, prefill included (default 2048)")
+        p.add_argument("--max-waiting", type=int, default=256,
+                       help="max queued requests before answering 503 overloaded (default 256)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tokenwire", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    serve = sub.add_parser("serve", help="serve a model: OpenAI / Anthropic endpoints and WebSocket sessions")
+    serve.add_argument("model", nargs="?", default=None,
+                       help="local Hugging Face model directory (default: the embedded SmolLM2-135M-Instruct)")
+    serve.add_argument("--tokens-only", action="store_true",
+                       help="serve the token-in/token-out engine (/inference/v1/generate) plus render/derender")
+    _add_server_flags(serve, render=False)
+
+    launch = sub.add_parser("launch", help="launch a dedicated tier")
+    launch_sub = launch.add_subparsers(dest="tier", required=True)
+    render = launch_sub.add_parser("render", help="render + derender only (no torch)")
+    render.add_argument("model", help="local Hugging Face model directory (tokenizer and chat template)")
+    _add_server_flags(render, render=True)
+
+    assets = sub.add_parser("assets", help="build the offline model assets into the cache")
+    assets.add_argument("--only", nargs="*", default=None, help="build only these assets")
+    assets.add_argument("--list", action="store_true", help="list assets and where they are cached")
+    assets.add_argument("--cache-dir", default=None, help="cache directory (env TOKENWIRE_CACHE_DIR)")
+    return parser
+
+
+def _fail(message: str) -> int:
+    print(f"tokenwire: error: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Settings:
+    if args.command == "serve":
+        mode = Mode.TOKENS_ONLY if args.tokens_only else Mode.SERVE
+    else:
+        mode = Mode.RENDER
+    if args.model is None:
+        from server.assets import ensure_default_model
+
+        model_dir = ensure_default_model()
+    else:
+        model_dir = Path(args.model).expanduser().resolve()
+    template = args.chat_template
+    if template is not None and "{" not in template:
+        path = Path(template).expanduser()
+        try:
+            template = path.read_text()
+        except OSError as exc:
+            raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
+    keys = tuple(args.api_key or ()) or tuple(k for k in [environ.get("TOKENWIRE_API_KEY")] if k)
+    secret = args.state_secret or environ.get("TOKENWIRE_STATE_SECRET")
+    extra = {}
+    if mode is not Mode.RENDER:
+        extra = {"dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
+                 "max_num_batched_tokens": args.max_num_batched_tokens, "max_waiting": args.max_waiting}
+    return Settings(
+        mode=mode,
+        model_dir=model_dir,
+        served_model_name=args.served_model_name or model_dir.name,
+        host=args.host,
+        port=args.port,
+        max_model_len=args.max_model_len,
+        chat_template=template,
+        tool_call_parser=args.tool_call_parser,
+        reasoning_parser=args.reasoning_parser,
+        enable_auto_tool_choice=args.enable_auto_tool_choice,
+        api_keys=keys,
+        state_secret=secret.encode() if secret else None,
+        engine_url=args.engine_url,
+        enable_scale_out=args.enable_scale_out,
+        log_level=args.log_level,
+        allowed_origins=tuple(args.allowed_origin or ()),
+        environ=environ,
+        **extra,  # type: ignore[arg-type]
+    )
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "assets":
+        from server.assets import cli_main
+
+        return cli_main(args)
+    logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
+    environ = dict(os.environ)
+    from server.context import ModelLoadError
+    from server.gating import GatingError, decide
+
+    try:
+        settings = settings_from_args(args, environ)
+        gating = decide(settings.mode, environ, enable_scale_out=settings.enable_scale_out,
+                        has_engine_url=bool(settings.engine_url))
+        if settings.mode is Mode.TOKENS_ONLY and settings.engine_url:
+            raise ValueError("--engine-url cannot be combined with --tokens-only")
+        from server.runner import run
+
+        return run(settings, gating)
+    except (GatingError, ModelLoadError, ValueError) as exc:
+        return _fail(str(exc))
+    except KeyboardInterrupt:
+        return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,60 @@
+"""Small HTTP helpers shared by every route: body parsing and JSON responses."""
+
+from __future__ import annotations
+
+from typing import Any, TypeVar
+
+import orjson
+from pydantic import BaseModel, ValidationError
+from starlette.requests import Request
+from starlette.responses import Response
+
+from server.errors import ApiError, describe_validation_error
+
+M = TypeVar("M", bound=BaseModel)
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+
+async def read_json(request: Request, *, expect: type = dict) -> Any:
+    """The request body as JSON. 415 for a wrong content type, 413 past the size limit, 400 for
+    invalid JSON or a top-level value of the wrong kind."""
+    ctype = request.headers.get("content-type", "")
+    if ctype and "json" not in ctype.split(";")[0].lower():
+        raise ApiError(400, f"Unsupported content type {ctype.split(';')[0]!r}; send application/json.")
+    length = request.headers.get("content-length")
+    if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
+        raise ApiError(413, f"Request body too large (limit {MAX_BODY_BYTES} bytes).")
+    body = await request.body()
+    if len(body) > MAX_BODY_BYTES:
+        raise ApiError(413, f"Request body too large (limit {MAX_BODY_BYTES} bytes).")
+    if not body:
+        raise ApiError(400, "Request body is empty; send a JSON object.")
+    try:
+        data = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise ApiError(400, f"Request body is not valid JSON ({exc.msg} at position {exc.pos}).") from None
+    if not isinstance(data, expect):
+        kind = "object" if expect is dict else "array"
+        raise ApiError(400, f"Request body must be a JSON {kind}.")
+    return data
+
+
+async def parse_body(request: Request, model: type[M]) -> M:
+    data = await read_json(request)
+    return validate(model, data)
+
+
+def validate(model: type[M], data: Any) -> M:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        message, param = describe_validation_error(exc)
+        raise ApiError(400, message, param=param) from None
+
+
+def json_response(data: Any, status: int = 200) -> Response:
+    if isinstance(data, BaseModel):
+        data = data.model_dump(mode="json")
+    return Response(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS), status_code=status,
+                    media_type="application/json")

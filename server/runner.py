@@ -1,0 +1,46 @@
+"""Run the app under uvicorn on a socket we bind ourselves (so ``--port 0`` can print the port)."""
+
+from __future__ import annotations
+
+import logging
+import socket
+
+import uvicorn
+
+from server.app import create_app
+from server.context import build_context
+from server.gating import Gating
+from server.settings import Settings
+
+log = logging.getLogger("tokenwire")
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, port))
+    except OSError as exc:
+        sock.close()
+        raise ValueError(f"cannot bind {host}:{port}: {exc.strerror}") from None
+    sock.listen(2048)
+    sock.set_inheritable(True)
+    return sock
+
+
+def run(settings: Settings, gating: Gating) -> int:
+    ctx = build_context(settings, gating)
+    app = create_app(ctx)
+    sock = bind(settings.host, settings.port)
+    host, port = sock.getsockname()[:2]
+    url_host = f"[{host}]" if ":" in host else host
+    app.state.listen_url = f"http://{url_host}:{port}"
+    config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                            timeout_graceful_shutdown=10, access_log=settings.log_level == "debug")
+    server = uvicorn.Server(config)
+    log.info("tokenwire %s on %s (model %s)", settings.mode.value, app.state.listen_url,
+             settings.served_model_name)
+    print(f"tokenwire: listening on {app.state.listen_url}", flush=True)
+    server.run(sockets=[sock])
+    return 0

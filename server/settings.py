@@ -1,0 +1,58 @@
+"""Server settings: one frozen value built by the CLI (or by tests) and read everywhere else."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from pathlib import Path
+
+
+class Mode(StrEnum):
+    """The three ways to run tokenwire (mirroring vLLM's CLI)."""
+
+    RENDER = "render"  # tokenwire launch render MODEL [--engine-url URL]
+    TOKENS_ONLY = "tokens-only"  # tokenwire serve MODEL --tokens-only
+    SERVE = "serve"  # tokenwire serve [MODEL]
+
+    @property
+    def command(self) -> str:
+        return {
+            Mode.RENDER: "tokenwire launch render",
+            Mode.TOKENS_ONLY: "tokenwire serve --tokens-only",
+            Mode.SERVE: "tokenwire serve",
+        }[self]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    mode: Mode
+    model_dir: Path
+    served_model_name: str
+    host: str = "127.0.0.1"
+    port: int = 8000
+    max_model_len: int | None = None
+    chat_template: str | None = None  # template text (the CLI reads --chat-template files)
+    tool_call_parser: str | None = None
+    reasoning_parser: str | None = None
+    enable_auto_tool_choice: bool = False
+    api_keys: tuple[str, ...] = ()
+    state_secret: bytes | None = None
+    engine_url: str | None = None
+    enable_scale_out: bool = False  # the --enable-scale-out flag
+    log_level: str = "info"
+    # engine
+    dtype: str = "auto"
+    max_num_seqs: int = 32
+    max_num_batched_tokens: int = 2048
+    max_waiting: int = 256
+    # websocket / limits
+    allowed_origins: tuple[str, ...] = ()
+    environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
+
+    def with_(self, **changes: object) -> Settings:
+        return replace(self, **changes)  # type: ignore[arg-type]
+
+    @property
+    def needs_local_engine(self) -> bool:
+        return self.mode is not Mode.RENDER

@@ -1,0 +1,122 @@
+"""The contract between the incremental derenderer and the tool / reasoning parsers.
+
+The derenderer detokenizes token ids into text deltas (after stop-string handling) and pushes each
+delta through, in order, the reasoning parser (which splits reasoning from content) and then the
+tool parser (which splits content from tool calls). Parsers are *incremental and resumable*:
+
+- ``feed(text)`` consumes only the new text and returns what became certain;
+- ``finish()`` flushes what is held back at the end of the stream;
+- ``snapshot()`` returns the parser's whole continuation state as a small JSON-ready dict, and
+  ``restore(ctx, snapshot)`` rebuilds an equivalent parser, so a stream can continue on another
+  process. The snapshot never holds the output history: only what a parser must remember (e.g.
+  "inside ``<think>``", a held-back partial tag, the unfinished tool-call text).
+
+Non-streaming derender is ``feed(all_text)`` then ``finish()``, so streaming and non-streaming agree
+by construction: for any split of the text into deltas, the concatenated results are equal.
+
+Parsers see text decoded with special tokens kept when ``needs_special_tokens`` is true (e.g. the
+mistral ``[TOOL_CALLS]`` marker); the derenderer honours that when decoding.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Self
+
+
+@dataclass(slots=True)
+class ToolCallDelta:
+    """A piece of one tool call. The first delta of call ``index`` carries its ``name`` (and
+    ``arguments`` may be ""); later deltas carry only argument fragments."""
+
+    index: int
+    name: str | None = None
+    arguments: str = ""
+
+
+@dataclass(slots=True)
+class ParsedDelta:
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+
+    def __bool__(self) -> bool:
+        return bool(self.content or self.reasoning or self.tool_calls)
+
+    def extend(self, other: ParsedDelta) -> None:
+        self.content += other.content
+        self.reasoning += other.reasoning
+        self.tool_calls.extend(other.tool_calls)
+
+
+@dataclass(frozen=True, slots=True)
+class ParserContext:
+    """What a parser may know about the request (never the output so far)."""
+
+    tools: tuple[dict[str, Any], ...] = ()
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool = True
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    # Whether the prompt already ended the reasoning section (e.g. the template closed <think>).
+    prompt_ends_reasoning: bool = False
+    # Whether the prompt opened the reasoning section (e.g. the template emitted "<think>\n").
+    prompt_opens_reasoning: bool = False
+
+
+class ReasoningParser(abc.ABC):
+    """Splits generated text into reasoning and content. Returns ``ParsedDelta`` with only
+    ``reasoning`` and ``content`` set."""
+
+    name: ClassVar[str]
+    needs_special_tokens: ClassVar[bool] = False
+
+    def __init__(self, ctx: ParserContext) -> None:
+        self.ctx = ctx
+
+    @abc.abstractmethod
+    def feed(self, text: str) -> ParsedDelta: ...
+
+    @abc.abstractmethod
+    def finish(self) -> ParsedDelta: ...
+
+    @abc.abstractmethod
+    def snapshot(self) -> dict[str, Any]: ...
+
+    @classmethod
+    @abc.abstractmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self: ...
+
+    @property
+    @abc.abstractmethod
+    def reasoning_ended(self) -> bool:
+        """True once everything further is content (tool parsing may start)."""
+
+
+class ToolParser(abc.ABC):
+    """Splits content into plain content and tool calls. Returns ``ParsedDelta`` with only
+    ``content`` and ``tool_calls`` set. Call indexes count from 0 in order of appearance."""
+
+    name: ClassVar[str]
+    needs_special_tokens: ClassVar[bool] = False
+
+    def __init__(self, ctx: ParserContext) -> None:
+        self.ctx = ctx
+
+    @abc.abstractmethod
+    def feed(self, text: str) -> ParsedDelta: ...
+
+    @abc.abstractmethod
+    def finish(self) -> ParsedDelta: ...
+
+    @abc.abstractmethod
+    def snapshot(self) -> dict[str, Any]: ...
+
+    @classmethod
+    @abc.abstractmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self: ...
+
+    @property
+    @abc.abstractmethod
+    def calls_made(self) -> int:
+        """How many tool calls have been started so far."""
