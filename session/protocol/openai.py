@@ -1,0 +1,393 @@
+"""OpenAI request models: chat completions and (legacy) completions, with vLLM's extensions.
+
+Field names, defaults and cross-field checks follow vLLM 0.32's ``ChatCompletionRequest`` /
+``CompletionRequest`` so that a request a vLLM server accepts is accepted here, with the same
+meaning. Unknown fields are tolerated (``extra="allow"``), as OpenAI-compatible servers do; a
+field of the wrong type is a :class:`pydantic.ValidationError` whose location names the field.
+
+Each request builds its own :class:`~engine.protocol.SamplingParams`
+(:meth:`ChatCompletionRequest.to_sampling_params`): the one place where the request → sampling
+mapping lives (``max_tokens`` vs ``max_completion_tokens``, ``logprobs``/``top_logprobs``,
+penalties, stop, seed, ``logit_bias``…).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from engine.protocol import RequestOutputKind, SamplingParams, StreamOptions
+
+__all__ = [
+    "ChatCompletionRequest",
+    "ChatMessage",
+    "CompletionRequest",
+    "ContentPart",
+    "FunctionCall",
+    "FunctionDefinition",
+    "NamedToolChoice",
+    "StreamOptions",
+    "Tool",
+    "ToolCall",
+]
+
+
+class _Open(BaseModel):
+    """Unknown keys are kept (and ignored), as OpenAI-compatible servers do."""
+
+    model_config = ConfigDict(extra="allow")
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+class ContentPart(_Open):
+    """One part of a message's ``content`` list. Render supports ``text`` parts only; other
+    types (``image_url``, ``input_audio``…) validate here and are refused by render."""
+
+    type: str
+    text: str | None = None
+
+    @model_validator(mode="after")
+    def _text_part_has_text(self) -> ContentPart:
+        if self.type == "text" and self.text is None:
+            raise ValueError("a content part of type 'text' needs a 'text' string")
+        return self
+
+
+class FunctionCall(_Open):
+    name: str
+    # OpenAI sends a JSON string; vLLM also accepts an object (templates want a dict).
+    arguments: str | dict[str, Any] | None = None
+
+
+class ToolCall(_Open):
+    id: str | None = None
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class ChatMessage(_Open):
+    """A chat message of any role (system, developer, user, assistant, tool, or a custom one)."""
+
+    role: str
+    content: str | list[str | ContentPart] | None = None
+    name: str | None = None
+    # assistant
+    tool_calls: list[ToolCall] | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None  # older name of ``reasoning``
+    # tool
+    tool_call_id: str | None = None
+
+
+# --- tools ---------------------------------------------------------------------------------
+
+
+class FunctionDefinition(_Open):
+    name: str
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class Tool(_Open):
+    type: Literal["function"] = "function"
+    function: FunctionDefinition
+
+
+class _NamedFunction(_Open):
+    name: str
+
+
+class NamedToolChoice(_Open):
+    type: Literal["function"] = "function"
+    function: _NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+_TOOL_CHOICE_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
+
+
+def _check_tool_usage(data: Any) -> Any:
+    """vLLM's tool checks, run on the raw body (before field validation), with its messages."""
+    if not isinstance(data, dict):
+        return data
+    # tools without tool_choice mean "auto" (OpenAI's default)
+    if "tool_choice" not in data and data.get("tools"):
+        data = {**data, "tool_choice": "auto"}
+    choice = data.get("tool_choice")
+    if choice is None or choice == "none":
+        return data
+    if data.get("tools") is None:
+        raise ValueError("When using `tool_choice`, `tools` must be set.")
+    if choice not in ("auto", "required") and not isinstance(choice, dict):
+        raise ValueError(
+            f"Invalid value for `tool_choice`: {choice!r}! "
+            'Only named tools, "none", "auto" or "required" are supported.'
+        )
+    tools = data["tools"]
+    if choice == "required" and isinstance(tools, list) and not tools:
+        data = {k: v for k, v in data.items() if k != "tools"}
+        data["tool_choice"] = "none"
+        return data
+    if isinstance(choice, dict):
+        function = choice.get("function")
+        if not isinstance(function, dict):
+            raise ValueError(f"Invalid value for `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"Expected a non-empty `name` in `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
+        names = [
+            t.get("function", {}).get("name")
+            for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)
+        ] if isinstance(tools, list) else []
+        if name not in names:
+            raise ValueError("The tool specified in `tool_choice` does not match any of the specified `tools`")
+    return data
+
+
+# --- shared sampling fields ----------------------------------------------------------------
+
+NonNegInt = Annotated[int, Field(ge=0)]
+
+
+class _SamplingFields(_Open):
+    """Fields that chat and completion requests share (vLLM names and defaults)."""
+
+    model: str | None = None
+    n: int = Field(default=1, ge=1)
+    seed: int | None = None
+    stop: str | list[str] | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
+    presence_penalty: float | None = 0.0
+    frequency_penalty: float | None = 0.0
+    repetition_penalty: float | None = None
+    logit_bias: dict[str, float] | None = None
+    user: str | None = None
+    # vLLM extensions
+    use_beam_search: bool = False
+    length_penalty: float = 1.0
+    stop_token_ids: list[NonNegInt] | None = None
+    include_stop_str_in_output: bool = False
+    ignore_eos: bool = False
+    min_tokens: NonNegInt = 0
+    skip_special_tokens: bool = True
+    spaces_between_special_tokens: bool = True
+    truncate_prompt_tokens: Annotated[int, Field(ge=-1)] | None = None
+    prompt_logprobs: int | None = None
+    allowed_token_ids: list[int] | None = None
+    bad_words: list[str] | None = None
+    response_format: dict[str, Any] | None = None
+    structured_outputs: dict[str, Any] | None = None
+    priority: int = 0
+    request_id: str | None = None
+    cache_salt: str | None = None
+    kv_transfer_params: dict[str, Any] | None = None
+    return_token_ids: bool | None = None
+    return_tokens_as_token_ids: bool | None = None
+    vllm_xargs: dict[str, Any] | None = None
+
+    def _sampling(self, *, max_tokens: int | None, logprobs: int | None, prompt_logprobs: int | None,
+                  skip_special_tokens: bool | None = None) -> SamplingParams:
+        """The request → :class:`SamplingParams` mapping (vLLM's ``to_sampling_params``)."""
+        fields: dict[str, Any] = {
+            "n": self.n,
+            "presence_penalty": _or(self.presence_penalty, 0.0),
+            "frequency_penalty": _or(self.frequency_penalty, 0.0),
+            "repetition_penalty": _or(self.repetition_penalty, 1.0),
+            "temperature": _or(self.temperature, 1.0),
+            "top_p": _or(self.top_p, 1.0),
+            "top_k": _or(self.top_k, 0),
+            "min_p": _or(self.min_p, 0.0),
+            "seed": self.seed,
+            "stop": self.stop,
+            "stop_token_ids": self.stop_token_ids,
+            "logprobs": logprobs,
+            "prompt_logprobs": prompt_logprobs,
+            "ignore_eos": self.ignore_eos,
+            "max_tokens": max_tokens,
+            "min_tokens": self.min_tokens,
+            "skip_special_tokens": self.skip_special_tokens if skip_special_tokens is None
+            else skip_special_tokens,
+            "spaces_between_special_tokens": self.spaces_between_special_tokens,
+            "include_stop_str_in_output": self.include_stop_str_in_output,
+            "truncate_prompt_tokens": self.truncate_prompt_tokens,
+            "output_kind": RequestOutputKind.DELTA if self.stream else RequestOutputKind.FINAL_ONLY,
+            "logit_bias": _logit_bias(self.logit_bias),
+            "allowed_token_ids": self.allowed_token_ids,
+            "bad_words": self.bad_words,
+            "structured_outputs": self.structured_outputs or _structured_from_format(self.response_format),
+            "extra_args": self.vllm_xargs or None,
+            "skip_clone": True,
+        }
+        sp = SamplingParams.model_validate(fields)
+        return _vllm_post_init(sp)
+
+
+def _or(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
+    """OpenAI sends token ids as string keys; vLLM clamps each bias to [-100, 100]."""
+    if not bias:
+        return None
+    out: dict[int, float] = {}
+    for key, value in bias.items():
+        try:
+            token_id = int(key)
+        except ValueError:
+            raise ValueError(f"logit_bias keys must be token ids (integers as strings), got {key!r}") from None
+        out[token_id] = min(100.0, max(-100.0, value))
+    return out
+
+
+def _structured_from_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
+    """``response_format`` → vLLM's ``structured_outputs`` (json / json_object)."""
+    if not fmt:
+        return None
+    kind = fmt.get("type")
+    if kind == "json_schema":
+        schema = (fmt.get("json_schema") or {}).get("schema")
+        return {"json": schema if schema is not None else {}}
+    if kind == "json_object":
+        return {"json_object": True}
+    return None
+
+
+def _vllm_post_init(sp: SamplingParams) -> SamplingParams:
+    """What vLLM's ``SamplingParams.__post_init__`` / greedy check change before it serializes."""
+    changes: dict[str, Any] = {}
+    if sp.greedy:
+        # vLLM resets these for greedy sampling, so they disappear from the wire.
+        changes.update(top_p=1.0, top_k=0, min_p=0.0)
+    if sp.stop and not sp.include_stop_str_in_output:
+        # vLLM holds back this many characters so a partial stop string is never streamed.
+        extra = dict(sp.model_extra or {})
+        extra["output_text_buffer_length"] = max(len(s) for s in sp.stop) - 1
+        if extra["output_text_buffer_length"] == 0:
+            del extra["output_text_buffer_length"]
+        if extra:
+            return sp.model_copy(update={**changes, **extra})
+    return sp.model_copy(update=changes) if changes else sp
+
+
+# --- chat ----------------------------------------------------------------------------------
+
+
+class ChatCompletionRequest(_SamplingFields):
+    """``POST /v1/chat/completions`` (and its ``/render``), OpenAI fields plus vLLM's extensions."""
+
+    messages: list[ChatMessage]
+    logprobs: bool | None = False
+    top_logprobs: int | None = 0
+    max_tokens: int | None = Field(default=None, ge=1)  # deprecated by OpenAI, still honoured
+    max_completion_tokens: int | None = Field(default=None, ge=1)
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = "none"
+    parallel_tool_calls: bool | None = True
+    reasoning_effort: str | None = None
+    include_reasoning: bool = True
+    # vLLM chat extensions
+    echo: bool = False
+    add_generation_prompt: bool = True
+    continue_final_message: bool = False
+    add_special_tokens: bool = False
+    documents: list[dict[str, str]] | None = None
+    chat_template: str | None = None
+    chat_template_kwargs: dict[str, Any] | None = None
+    mm_processor_kwargs: dict[str, Any] | None = None
+    return_assistant_tokens_mask: bool = False
+    return_token_offsets: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _tools(cls, data: Any) -> Any:
+        return _check_tool_usage(data)
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> ChatCompletionRequest:
+        if self.continue_final_message and self.add_generation_prompt:
+            raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        if self.top_logprobs is not None:
+            if self.top_logprobs < 0 and self.top_logprobs != -1:
+                raise ValueError("`top_logprobs` must be a positive value or -1.")
+            if self.top_logprobs > 0 and not self.logprobs:
+                raise ValueError("when using `top_logprobs`, `logprobs` must be set to true.")
+        if self.stream and self.prompt_logprobs is not None:
+            raise ValueError("`prompt_logprobs` are not available when `stream=True`.")
+        return self
+
+    @property
+    def requested_max_tokens(self) -> int | None:
+        """``max_completion_tokens`` when given, else the deprecated ``max_tokens``."""
+        return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
+
+    @property
+    def has_active_tools(self) -> bool:
+        return bool(self.tools) and self.tool_choice != "none"
+
+    def to_sampling_params(self, max_tokens: int | None, *,
+                           skip_special_tokens: bool | None = None) -> SamplingParams:
+        """Sampling params for this request; ``max_tokens`` is the value render settled on."""
+        prompt_logprobs = self.prompt_logprobs
+        if prompt_logprobs is None and self.echo:
+            prompt_logprobs = self.top_logprobs
+        return self._sampling(max_tokens=max_tokens,
+                              logprobs=self.top_logprobs if self.logprobs else None,
+                              prompt_logprobs=prompt_logprobs, skip_special_tokens=skip_special_tokens)
+
+
+# --- completion ----------------------------------------------------------------------------
+
+Prompt = str | list[str] | list[NonNegInt] | list[list[NonNegInt]]
+
+
+class CompletionRequest(_SamplingFields):
+    """``POST /v1/completions`` (and its ``/render``)."""
+
+    prompt: Prompt | None = None
+    prompt_embeds: Any = None
+    best_of: int | None = None
+    echo: bool = False
+    logprobs: int | None = Field(default=None, ge=0)
+    max_tokens: int | None = Field(default=16, ge=0)
+    suffix: str | None = None
+    add_special_tokens: bool = True
+    return_token_offsets: bool = False
+
+    @model_validator(mode="after")
+    def _cross_checks(self) -> CompletionRequest:
+        if self.prompt is None and self.prompt_embeds is None:
+            raise ValueError("Either prompt or prompt_embeds must be provided and non-empty.")
+        if self.stream and self.prompt_logprobs is not None:
+            raise ValueError("`prompt_logprobs` are not available when `stream=True`.")
+        return self
+
+    def prompts(self) -> list[str | list[int]]:
+        """The prompt as a list of prompts (text or token ids), one engine request each."""
+        p = self.prompt
+        if p is None:
+            return []
+        if isinstance(p, str):
+            return [p]
+        if not p:
+            return [p]  # type: ignore[list-item]  # empty list: render reports it
+        if all(isinstance(x, int) for x in p):
+            return [p]  # type: ignore[list-item]
+        return list(p)  # type: ignore[arg-type]
+
+    def to_sampling_params(self, max_tokens: int | None) -> SamplingParams:
+        prompt_logprobs = self.prompt_logprobs
+        if prompt_logprobs is None and self.echo:
+            prompt_logprobs = self.logprobs
+        return self._sampling(max_tokens=max_tokens, logprobs=self.logprobs,
+                              prompt_logprobs=prompt_logprobs)
