@@ -140,8 +140,21 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
     )
 
 
+def keep_torch_out() -> None:
+    """Make this process behave as if torch were not installed.
+
+    ``launch render`` needs no torch, but transformers imports it eagerly whenever it can find it
+    (seconds of start-up and hundreds of MB). A ``None`` entry in ``sys.modules`` makes
+    ``importlib.util.find_spec("torch")`` answer "not installed" and ``import torch`` fail, so
+    transformers takes its torch-free path."""
+    if "torch" not in sys.modules:
+        sys.modules["torch"] = None  # type: ignore[assignment]
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if args.command == "launch":
+        keep_torch_out()
     if args.command == "assets":
         from server.assets import cli_main
 

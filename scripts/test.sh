@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# Install everything the tests need (Python packages, model assets, a headless browser) and run the
+# whole test suite. Extra arguments go to pytest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/install.sh dev
+if [ -f scripts/install-browser.sh ]; then bash scripts/install-browser.sh; fi
+export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
+# Build (or verify) the offline model assets once, with progress, before the tests use them.
+.venv/bin/tokenwire assets
+set +e
+.venv/bin/python -m pytest "$@"
+rc=$?
+set -e
+if [ "$rc" -eq 5 ]; then
+    echo "scripts/test.sh: pytest collected no tests; that is a failure of this suite." >&2
+    exit 1
+fi
+exit "$rc"

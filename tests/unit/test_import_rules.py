@@ -1,0 +1,117 @@
+"""The dependency directions of DESIGN.md, enforced by reading imports.
+
+- ``session`` never imports asyncio / anyio / torch / ``server`` (it may use ``engine.protocol``);
+- ``engine`` never imports ``session``, ``server`` or ``client_sdk``; only ``engine/local`` imports torch;
+- ``client_sdk`` imports neither torch, transformers, ``engine.local`` nor ``server``;
+- only ``server/pipeline.py`` chains render and derender;
+- importing the server for ``launch render`` never imports torch (checked in a subprocess).
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _modules(package: str) -> Iterator[Path]:
+    yield from sorted((ROOT / package).rglob("*.py"))
+
+
+def _imports(path: Path) -> set[str]:
+    tree = ast.parse(path.read_text(), filename=str(path))
+    names: set[str] = set()
+    pkg_parts = path.relative_to(ROOT).with_suffix("").parts[:-1]
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = ".".join(pkg_parts[: len(pkg_parts) - node.level + 1])
+                mod = f"{base}.{node.module}" if node.module else base
+            else:
+                mod = node.module or ""
+            names.add(mod)
+            names.update(f"{mod}.{alias.name}" for alias in node.names)
+    return names
+
+
+def _violations(package: str, forbidden: tuple[str, ...], *, allow: tuple[str, ...] = (),
+                skip: tuple[str, ...] = ()) -> list[str]:
+    out = []
+    for path in _modules(package):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith(skip):
+            continue
+        for name in _imports(path):
+            if name.startswith(allow):
+                continue
+            if any(name == f or name.startswith(f + ".") for f in forbidden):
+                out.append(f"{rel} imports {name}")
+    return sorted(set(out))
+
+
+def test_session_is_sans_io_and_torch_free() -> None:
+    forbidden = ("asyncio", "anyio", "torch", "server", "client_sdk", "starlette", "uvicorn", "httpx",
+                 "websockets", "socket", "threading", "engine")
+    assert _violations("session", forbidden, allow=("engine.protocol",)) == []
+
+
+def test_engine_never_imports_session_server_or_client() -> None:
+    assert _violations("engine", ("session", "server", "client_sdk")) == []
+
+
+def test_only_engine_local_imports_torch() -> None:
+    assert _violations("engine", ("torch", "transformers.modeling_utils"), skip=("engine/local/",)) == []
+    assert _violations("session", ("torch",)) == []
+    assert _violations("client_sdk", ("torch",)) == []
+
+
+def test_client_sdk_needs_neither_torch_nor_transformers_nor_server() -> None:
+    assert _violations("client_sdk", ("torch", "transformers", "engine.local", "server")) == []
+
+
+def test_only_the_pipeline_module_chains_render_and_derender() -> None:
+    chains = []
+    for path in _modules("server"):
+        names = _imports(path)
+        if any(n.startswith("session.render") for n in names) and any(
+            n.startswith("session.derender") for n in names
+        ):
+            chains.append(path.relative_to(ROOT).as_posix())
+    assert set(chains) <= {"server/pipeline.py"}
+
+
+def test_server_modules_only_import_torch_through_the_local_engine() -> None:
+    assert _violations("server", ("torch",), skip=("server/assets/",)) == []
+
+
+def test_the_render_server_imports_and_builds_without_torch() -> None:
+    # `launch render` marks torch as absent before anything imports transformers; every module the
+    # render server may load must then import cleanly (an `import torch` anywhere would fail here).
+    code = (
+        "import sys, importlib\n"
+        "from server.cli import keep_torch_out\n"
+        "keep_torch_out()\n"
+        "import server.app as app\n"
+        "for name in app.ROUTE_MODULES + app.WEBSOCKET_MODULES:\n"
+        "    importlib.import_module(name)\n"
+        "import server.context, server.gating, server.runner, transformers\n"
+        "from transformers import AutoTokenizer\n"
+        "assert sys.modules['torch'] is None\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "ok"
+
+
+def test_cli_module_alone_does_not_import_transformers_or_torch() -> None:
+    code = "import sys, server.cli; print(any(m in sys.modules for m in ('torch', 'transformers')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False"
