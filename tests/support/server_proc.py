@@ -22,13 +22,13 @@ _LISTEN = re.compile(r"tokenwire: listening on (http://\S+)")
 class ServerProcess:
     """``with ServerProcess(["serve", model_dir, "--tokens-only"]) as srv: srv.url``"""
 
-    def __init__(self, args: list[str], *, env: dict[str, str] | None = None,
+    def __init__(self, args: list[str], *, env: dict[str, str | None] | None = None,
                  startup_timeout: float = 120.0, python: str = sys.executable,
                  preamble: str | None = None) -> None:
         self.args = [str(a) for a in args]
         if "--port" not in self.args:
             self.args += ["--port", "0"]
-        self.env = {**os.environ, **(env or {})}
+        self.env = merged_env(env)
         self.env.setdefault("OMP_NUM_THREADS", "1")
         self.startup_timeout = startup_timeout
         self.python = python
@@ -104,10 +104,21 @@ class ServerProcess:
         return "ws" + self.url[len("http"):]
 
 
-def run_cli(args: list[str], *, env: dict[str, str] | None = None, timeout: float = 60.0,
+def merged_env(env: dict[str, str | None] | None) -> dict[str, str]:
+    """``os.environ`` updated with ``env``; a ``None`` value removes that name."""
+    out = dict(os.environ)
+    for key, value in (env or {}).items():
+        if value is None:
+            out.pop(key, None)
+        else:
+            out[key] = value
+    return out
+
+
+def run_cli(args: list[str], *, env: dict[str, str | None] | None = None, timeout: float = 60.0,
             preamble: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run the CLI to completion (for startup errors) and capture its output."""
     code = (preamble or "") + "\nimport sys\nfrom server.cli import main\nsys.exit(main(sys.argv[1:]))\n"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env={**os.environ, **(env or {})},
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], env=merged_env(env),
                           capture_output=True, text=True, timeout=timeout,
                           cwd=str(Path(__file__).resolve().parents[2]))

@@ -1,0 +1,104 @@
+"""The CLI as an operator meets it: help, one-line startup errors, --port 0, torch-free render."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from pathlib import Path
+
+import httpx
+import pytest
+
+from server.cli import build_parser
+from tests.support.server_proc import ServerProcess, run_cli
+
+# A finder that lets `torch` be found but makes importing it fail, as on a machine where torch is
+# broken or absent: anything in the render path that imports torch crashes the server.
+BREAK_TORCH = """
+import importlib.abc, importlib.machinery, sys
+class _BrokenTorch(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path=None, target=None):
+        if name == "torch" or name.startswith("torch."):
+            return importlib.machinery.ModuleSpec(name, self)
+        return None
+    def create_module(self, spec):
+        return None
+    def exec_module(self, module):
+        raise ImportError("torch must not be imported by launch render")
+sys.meta_path.insert(0, _BrokenTorch())
+"""
+
+
+def _flags(*path: str) -> set[str]:
+    parser = build_parser()
+    for name in path:
+        sub = next(a for a in parser._actions if a.dest in ("command", "tier"))
+        parser = sub.choices[name]  # type: ignore[index]
+    return {opt for a in parser._actions for opt in a.option_strings if opt.startswith("--")}
+
+
+@pytest.mark.parametrize("command", [["serve"], ["launch", "render"]])
+def test_help_documents_every_flag(command: list[str]) -> None:
+    done = run_cli([*command, "--help"])
+    assert done.returncode == 0
+    text = re.sub(r"\s+", " ", done.stdout)
+    for flag in _flags(*command):
+        assert flag in text
+    for required in ("--host", "--port", "--served-model-name", "--max-model-len", "--chat-template",
+                     "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--api-key",
+                     "--state-secret", "--engine-url", "--enable-scale-out", "--log-level"):
+        assert required in text
+
+
+@pytest.mark.parametrize("command", [["serve"], ["launch", "render"], ["serve", "--tokens-only"]])
+def test_missing_model_directory_is_one_line_and_exit_2(command: list[str], tmp_path: Path) -> None:
+    done = run_cli([*command, str(tmp_path / "nope")])
+    assert done.returncode == 2
+    assert done.stderr.strip() == f"tokenwire: error: model directory not found: {tmp_path / 'nope'}"
+
+
+def test_directory_without_tokenizer_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = run_cli(["launch", "render", str(tmp_path)])
+    assert done.returncode == 2
+    assert done.stderr.strip().startswith("tokenwire: error: no tokenizer in model directory")
+    assert "Traceback" not in done.stderr
+
+
+def test_auto_tool_choice_without_parser_is_a_startup_error(tmp_path: Path) -> None:
+    done = run_cli(["launch", "render", str(tmp_path), "--enable-auto-tool-choice"])
+    assert done.returncode == 2
+    assert "--enable-auto-tool-choice needs --tool-call-parser" in done.stderr
+
+
+@pytest.mark.slow
+def test_launch_render_serves_where_importing_torch_fails(asset: Callable[[str], Path]) -> None:
+    model = asset("qwen3")
+    with ServerProcess(["launch", "render", model, "--port", "0"], preamble=BREAK_TORCH) as srv:
+        assert re.fullmatch(r"http://127\.0\.0\.1:\d+", srv.url)
+        assert srv.url.rsplit(":", 1)[1] != "0"
+        assert httpx.get(srv.url + "/health").json()["status"] == "ok"
+        assert httpx.get(srv.url + "/v1/models").json()["data"][0]["id"] == "qwen3"
+        assert httpx.get(srv.url + "/version").status_code == 200
+        assert "/health" in httpx.get(srv.url + "/openapi.json").json()["paths"]
+        assert "torch must not be imported" not in srv.output()
+
+
+@pytest.mark.slow
+def test_served_model_name_and_max_model_len_are_reported(asset: Callable[[str], Path]) -> None:
+    with ServerProcess(["launch", "render", asset("qwen3"), "--served-model-name", "my-model",
+                        "--max-model-len", "1234"]) as srv:
+        card = httpx.get(srv.url + "/v1/models").json()["data"][0]
+        assert card["id"] == "my-model"
+        assert card["max_model_len"] == 1234
+
+
+@pytest.mark.slow
+def test_api_key_guards_v1_routes_but_not_health(asset: Callable[[str], Path]) -> None:
+    with ServerProcess(["launch", "render", asset("qwen3"), "--api-key", "sekret"]) as srv:
+        assert httpx.get(srv.url + "/health").status_code == 200
+        missing = httpx.get(srv.url + "/v1/models")
+        assert missing.status_code == 401
+        assert missing.json()["error"]["message"].startswith("Missing API key")
+        assert httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
+        ok = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer sekret"})
+        assert ok.status_code == 200
