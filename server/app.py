@@ -26,6 +26,7 @@ log = logging.getLogger("tokenwire")
 # Every module that contributes HTTP routes. Each exposes ``routes() -> list[Route]``.
 ROUTE_MODULES = (
     "server.routes.common",
+    "server.routes.render",
 )
 # Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
 WEBSOCKET_MODULES: tuple[str, ...] = ()

@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+from pydantic_core import PydanticCustomError
 
 from engine.protocol import RequestOutputKind, SamplingParams, StreamOptions
 
@@ -43,17 +44,27 @@ class _Open(BaseModel):
 
 
 class ContentPart(_Open):
-    """One part of a message's ``content`` list. Render supports ``text`` parts only; other
-    types (``image_url``, ``input_audio``…) validate here and are refused by render."""
+    """One part of a message's ``content`` list. Render supports text parts only; other types
+    (``image_url``, ``input_audio``…) validate here and are refused by render."""
 
     type: str
     text: str | None = None
 
-    @model_validator(mode="after")
-    def _text_part_has_text(self) -> ContentPart:
-        if self.type == "text" and self.text is None:
-            raise ValueError("a content part of type 'text' needs a 'text' string")
-        return self
+
+def _check_content(value: Any) -> Any:
+    """One readable error for a bad ``content`` instead of pydantic's per-union-member list."""
+    if value is None or isinstance(value, str):
+        return value
+    if not isinstance(value, list):
+        raise PydanticCustomError("content_type", "must be a string, a list of content parts, or null")
+    for i, part in enumerate(value):
+        if isinstance(part, str):
+            continue
+        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
+            raise PydanticCustomError("content_part", "part {i} must be an object with a string 'type'", {"i": i})
+        if part["type"] == "text" and not isinstance(part.get("text"), str):
+            raise PydanticCustomError("content_part", "part {i} has type 'text' but no 'text' string", {"i": i})
+    return value
 
 
 class FunctionCall(_Open):
@@ -81,15 +92,18 @@ class ChatMessage(_Open):
     # tool
     tool_call_id: str | None = None
 
+    _content = field_validator("content", mode="before")(_check_content)
+
 
 # --- tools ---------------------------------------------------------------------------------
 
 
 class FunctionDefinition(_Open):
+    """A tool's function. Extra keys (``strict``…) are kept and reach the template after these."""
+
     name: str
     description: str | None = None
     parameters: dict[str, Any] | None = None
-    strict: bool | None = None
 
 
 class Tool(_Open):
@@ -111,42 +125,34 @@ ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
 _TOOL_CHOICE_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
 
 
-def _check_tool_usage(data: Any) -> Any:
-    """vLLM's tool checks, run on the raw body (before field validation), with its messages."""
-    if not isinstance(data, dict):
-        return data
-    # tools without tool_choice mean "auto" (OpenAI's default)
-    if "tool_choice" not in data and data.get("tools"):
+def _default_tool_choice(data: Any) -> Any:
+    """Tools without a ``tool_choice`` mean ``"auto"`` (OpenAI's default), as in vLLM."""
+    if isinstance(data, dict) and "tool_choice" not in data and data.get("tools"):
         data = {**data, "tool_choice": "auto"}
-    choice = data.get("tool_choice")
-    if choice is None or choice == "none":
-        return data
-    if data.get("tools") is None:
-        raise ValueError("When using `tool_choice`, `tools` must be set.")
-    if choice not in ("auto", "required") and not isinstance(choice, dict):
-        raise ValueError(
-            f"Invalid value for `tool_choice`: {choice!r}! "
-            'Only named tools, "none", "auto" or "required" are supported.'
-        )
-    tools = data["tools"]
-    if choice == "required" and isinstance(tools, list) and not tools:
-        data = {k: v for k, v in data.items() if k != "tools"}
-        data["tool_choice"] = "none"
-        return data
-    if isinstance(choice, dict):
-        function = choice.get("function")
-        if not isinstance(function, dict):
-            raise ValueError(f"Invalid value for `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
-        name = function.get("name")
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"Expected a non-empty `name` in `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
-        names = [
-            t.get("function", {}).get("name")
-            for t in tools if isinstance(t, dict) and isinstance(t.get("function"), dict)
-        ] if isinstance(tools, list) else []
-        if name not in names:
-            raise ValueError("The tool specified in `tool_choice` does not match any of the specified `tools`")
     return data
+
+
+def _check_tool_choice(choice: Any, tools: list[Tool] | None) -> None:
+    """vLLM's tool-choice checks and messages (``tools`` already validated)."""
+    if choice is None or choice == "none":
+        return
+    if tools is None:
+        raise PydanticCustomError("tool_choice", "When using `tool_choice`, `tools` must be set.")
+    if isinstance(choice, NamedToolChoice):
+        name = choice.function.name
+        if not name:
+            raise PydanticCustomError("tool_choice", f"Invalid `name` in `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
+        if all(t.function.name != name for t in tools):
+            raise PydanticCustomError(
+                "tool_choice", "The tool specified in `tool_choice` does not match any of the specified `tools`")
+
+
+def _is_token(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
+
+
+def _fail(message: str) -> PydanticCustomError:
+    return PydanticCustomError("invalid_request", message)
 
 
 # --- shared sampling fields ----------------------------------------------------------------
@@ -189,14 +195,32 @@ class _SamplingFields(_Open):
     structured_outputs: dict[str, Any] | None = None
     priority: int = 0
     request_id: str | None = None
-    cache_salt: str | None = None
+    cache_salt: str | None = Field(default=None, min_length=1)
     kv_transfer_params: dict[str, Any] | None = None
     return_token_ids: bool | None = None
     return_tokens_as_token_ids: bool | None = None
     vllm_xargs: dict[str, Any] | None = None
 
+    @field_validator("stream_options", mode="before")
+    @classmethod
+    def _stream_options_need_stream(cls, value: Any, info: ValidationInfo) -> Any:
+        if value and not info.data.get("stream"):
+            raise _fail("Stream options can only be defined when `stream=True`.")
+        return value
+
+    @field_validator("prompt_logprobs")
+    @classmethod
+    def _prompt_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None:
+            if value < 0 and value != -1:
+                raise _fail("`prompt_logprobs` must be a positive value or -1.")
+            if info.data.get("stream") and value != 0:
+                raise _fail("`prompt_logprobs` are not available when `stream=True`.")
+        return value
+
     def _sampling(self, *, max_tokens: int | None, logprobs: int | None, prompt_logprobs: int | None,
-                  skip_special_tokens: bool | None = None) -> SamplingParams:
+                  skip_special_tokens: bool | None = None,
+                  structured_outputs: dict[str, Any] | None = None) -> SamplingParams:
         """The request → :class:`SamplingParams` mapping (vLLM's ``to_sampling_params``)."""
         fields: dict[str, Any] = {
             "n": self.n,
@@ -219,12 +243,12 @@ class _SamplingFields(_Open):
             else skip_special_tokens,
             "spaces_between_special_tokens": self.spaces_between_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output,
-            "truncate_prompt_tokens": self.truncate_prompt_tokens,
             "output_kind": RequestOutputKind.DELTA if self.stream else RequestOutputKind.FINAL_ONLY,
             "logit_bias": _logit_bias(self.logit_bias),
             "allowed_token_ids": self.allowed_token_ids,
             "bad_words": self.bad_words,
-            "structured_outputs": self.structured_outputs or _structured_from_format(self.response_format),
+            "structured_outputs": structured_outputs or self.structured_outputs
+            or _structured_from_format(self.response_format),
             "extra_args": self.vllm_xargs or None,
             "skip_clone": True,
         }
@@ -310,21 +334,53 @@ class ChatCompletionRequest(_SamplingFields):
 
     @model_validator(mode="before")
     @classmethod
-    def _tools(cls, data: Any) -> Any:
-        return _check_tool_usage(data)
+    def _tool_choice_default(cls, data: Any) -> Any:
+        return _default_tool_choice(data)
 
-    @model_validator(mode="after")
-    def _cross_checks(self) -> ChatCompletionRequest:
-        if self.continue_final_message and self.add_generation_prompt:
-            raise ValueError("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
-        if self.top_logprobs is not None:
-            if self.top_logprobs < 0 and self.top_logprobs != -1:
-                raise ValueError("`top_logprobs` must be a positive value or -1.")
-            if self.top_logprobs > 0 and not self.logprobs:
-                raise ValueError("when using `top_logprobs`, `logprobs` must be set to true.")
-        if self.stream and self.prompt_logprobs is not None:
-            raise ValueError("`prompt_logprobs` are not available when `stream=True`.")
-        return self
+    @field_validator("tools")
+    @classmethod
+    def _tools_not_empty(cls, value: list[Tool] | None) -> list[Tool] | None:
+        if value is not None and not value:
+            raise _fail("`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.")
+        return value
+
+    @field_validator("tool_choice", mode="before")
+    @classmethod
+    def _tool_choice_shape(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("none", "auto", "required"):
+            raise _fail(f'Invalid value for `tool_choice`: {value}! Only named tools, "none", "auto" or '
+                        '"required" are supported.')
+        if isinstance(value, dict):
+            function = value.get("function")
+            if not isinstance(function, dict):
+                raise _fail(f"Invalid value for `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
+            if not isinstance(function.get("name"), str) or not function["name"]:
+                raise _fail(f"Expected a non-empty string `name` in `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
+        return value
+
+    @field_validator("tool_choice")
+    @classmethod
+    def _tool_choice_matches_tools(cls, value: Any, info: ValidationInfo) -> Any:
+        if "tools" in info.data:  # absent when `tools` itself failed validation
+            _check_tool_choice(value, info.data["tools"])
+        return value
+
+    @field_validator("top_logprobs")
+    @classmethod
+    def _top_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
+        if value is not None:
+            if value < 0 and value != -1:
+                raise _fail("`top_logprobs` must be a positive value or -1.")
+            if value != 0 and not info.data.get("logprobs"):
+                raise _fail("when using `top_logprobs`, `logprobs` must be set to true.")
+        return value
+
+    @field_validator("continue_final_message")
+    @classmethod
+    def _not_both_prompts(cls, value: bool, info: ValidationInfo) -> bool:
+        if value and info.data.get("add_generation_prompt"):
+            raise _fail("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+        return value
 
     @property
     def requested_max_tokens(self) -> int | None:
@@ -335,15 +391,17 @@ class ChatCompletionRequest(_SamplingFields):
     def has_active_tools(self) -> bool:
         return bool(self.tools) and self.tool_choice != "none"
 
-    def to_sampling_params(self, max_tokens: int | None, *,
-                           skip_special_tokens: bool | None = None) -> SamplingParams:
-        """Sampling params for this request; ``max_tokens`` is the value render settled on."""
+    def to_sampling_params(self, max_tokens: int | None, *, skip_special_tokens: bool | None = None,
+                           structured_outputs: dict[str, Any] | None = None) -> SamplingParams:
+        """Sampling params for this request; ``max_tokens`` is the value render settled on, and a
+        configured tool parser may force ``skip_special_tokens`` / ``structured_outputs``."""
         prompt_logprobs = self.prompt_logprobs
         if prompt_logprobs is None and self.echo:
             prompt_logprobs = self.top_logprobs
         return self._sampling(max_tokens=max_tokens,
                               logprobs=self.top_logprobs if self.logprobs else None,
-                              prompt_logprobs=prompt_logprobs, skip_special_tokens=skip_special_tokens)
+                              prompt_logprobs=prompt_logprobs, skip_special_tokens=skip_special_tokens,
+                              structured_outputs=structured_outputs)
 
 
 # --- completion ----------------------------------------------------------------------------
@@ -359,17 +417,29 @@ class CompletionRequest(_SamplingFields):
     best_of: int | None = None
     echo: bool = False
     logprobs: int | None = Field(default=None, ge=0)
-    max_tokens: int | None = Field(default=16, ge=0)
+    max_tokens: int | None = Field(default=16, ge=1)
     suffix: str | None = None
     add_special_tokens: bool = True
     return_token_offsets: bool = False
 
+    @field_validator("prompt", mode="before")
+    @classmethod
+    def _prompt_shape(cls, value: Any) -> Any:
+        if value is None or isinstance(value, str):
+            return value
+        ok = isinstance(value, list) and (
+            all(isinstance(x, str) for x in value)
+            or all(_is_token(x) for x in value)
+            or all(isinstance(x, list) and all(_is_token(t) for t in x) for x in value))
+        if not ok:
+            raise _fail("must be a string, a list of strings, a list of token ids (non-negative integers) "
+                        "or a list of token-id lists")
+        return value
+
     @model_validator(mode="after")
-    def _cross_checks(self) -> CompletionRequest:
-        if self.prompt is None and self.prompt_embeds is None:
-            raise ValueError("Either prompt or prompt_embeds must be provided and non-empty.")
-        if self.stream and self.prompt_logprobs is not None:
-            raise ValueError("`prompt_logprobs` are not available when `stream=True`.")
+    def _has_prompt(self) -> CompletionRequest:
+        if (self.prompt is None or self.prompt == []) and self.prompt_embeds is None:
+            raise _fail("Either prompt or prompt_embeds must be provided and non-empty.")
         return self
 
     def prompts(self) -> list[str | list[int]]:

@@ -1,0 +1,109 @@
+"""OpenAI chat messages and tools → the plain data a chat template sees, by vLLM's rules.
+
+- Content: a string stays a string; ``None`` becomes ``""``; a list of text parts is joined with
+  ``"\\n"`` for templates that read content as a string, or kept as ``{"type": "text", "text"}``
+  parts (plus the part's extra keys) for templates that loop over content ("openai" format).
+  Non-text parts (images, audio…) are refused: render is text-only.
+- Assistant messages keep ``tool_calls`` (an empty list is dropped) with ``arguments`` parsed from
+  their JSON string into an object (invalid or non-object JSON becomes ``{}``, as vLLM does, so a
+  bad turn in the history never makes the conversation unrecoverable); ``reasoning`` is passed as
+  both ``reasoning`` and ``reasoning_content``.
+- Tool messages keep ``tool_call_id``; every message keeps a string ``name``.
+- Tools become ``{"type": "function", "function": {"name", "description", "parameters", …}}`` with
+  ``None`` kept (templates print them with ``tojson``, so ``"description": null`` matters).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from session.errors import RenderError
+from session.protocol.openai import ChatMessage, ContentPart, Tool, ToolCall
+from session.render.template import ContentFormat
+
+_TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})
+_PART_FIELDS = frozenset({"type", "text"})
+
+
+def conversation_of(messages: list[ChatMessage], content_format: ContentFormat) -> list[dict[str, Any]]:
+    """The template's ``messages``: fresh dicts (the template layer may edit them)."""
+    out: list[dict[str, Any]] = []
+    for index, msg in enumerate(messages):
+        role = msg.role
+        item: dict[str, Any] = {"role": role, "content": _content(msg.content, content_format, index)}
+        if role == "assistant":
+            if msg.tool_calls:
+                item["tool_calls"] = [_tool_call(tc) for tc in msg.tool_calls]
+            reasoning = msg.reasoning if msg.reasoning is not None else msg.reasoning_content
+            if reasoning is not None:
+                item["reasoning"] = reasoning
+                item["reasoning_content"] = reasoning
+        elif role == "tool":
+            if msg.tool_call_id is not None:
+                item["tool_call_id"] = msg.tool_call_id
+            if isinstance(item["content"], list):  # tool results are text for most templates
+                item["content"] = "\n".join(p.get("text", "") for p in item["content"])
+        if msg.name is not None:
+            item["name"] = msg.name
+        out.append(item)
+    return out
+
+
+def _content(content: str | list[str | ContentPart] | None, fmt: ContentFormat,
+             index: int) -> str | list[dict[str, Any]]:
+    if content is None:
+        return [] if fmt == "openai" else ""
+    if isinstance(content, str):
+        return [{"type": "text", "text": content}] if fmt == "openai" else content
+    texts: list[str] = []
+    parts: list[dict[str, Any]] = []
+    for j, part in enumerate(content):
+        if isinstance(part, str):
+            text: str | None = part
+            extra: dict[str, Any] = {}
+        else:
+            if part.type not in _TEXT_PART_TYPES:
+                raise RenderError(
+                    f"messages[{index}].content[{j}] has type {part.type!r}; render supports text content only.",
+                    param=f"messages.{index}.content.{j}.type")
+            text = part.text
+            extra = dict(part.model_extra or {})
+        if text is None:
+            continue  # vLLM skips text parts without text
+        texts.append(text)
+        parts.append({"type": "text", "text": text, **extra})
+    return parts if fmt == "openai" else "\n".join(texts)
+
+
+def _tool_call(tc: ToolCall) -> dict[str, Any]:
+    fn = tc.function
+    arguments: Any = fn.arguments
+    if not arguments:
+        parsed: Any = {}
+    elif isinstance(arguments, dict):
+        parsed = arguments
+    else:
+        try:
+            parsed = orjson.loads(arguments)
+        except orjson.JSONDecodeError:
+            parsed = {}
+        if not isinstance(parsed, dict):
+            parsed = {}
+    function: dict[str, Any] = {"name": fn.name, "arguments": parsed, **(fn.model_extra or {})}
+    call: dict[str, Any] = {}
+    if tc.id is not None:
+        call["id"] = tc.id
+    call["type"] = tc.type
+    call["function"] = function
+    call.update(tc.model_extra or {})
+    return call
+
+
+def tool_dicts_of(tools: list[Tool]) -> list[dict[str, Any]]:
+    """Tools as vLLM hands them to the template (``model_dump()`` shape, ``None`` kept)."""
+    return [
+        {"type": t.type, "function": t.function.model_dump()}
+        for t in tools
+    ]

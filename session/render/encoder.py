@@ -1,0 +1,77 @@
+"""Text → token ids with the model's tokenizer, as ``tokenizer(text, add_special_tokens=…)`` does.
+
+For fast (Rust-backed) tokenizers the encoder keeps its own copy of the Rust tokenizer, so no
+truncation or padding state set elsewhere in the process can leak into render, and calls skip
+transformers' Python wrapper (``BatchEncoding``, padding/truncation bookkeeping). The parity suite
+checks the ids against ``apply_chat_template(..., tokenize=True)``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True, slots=True)
+class Encoded:
+    ids: list[int]
+    offsets: list[tuple[int, int]] | None
+    encoding: Any = None  # the Rust ``Encoding`` (char → token lookups), when there is one
+
+    def char_to_token(self, char_index: int) -> int | None:
+        if self.encoding is None:
+            return None
+        result: int | None = self.encoding.char_to_token(char_index)
+        return result
+
+
+class Encoder:
+    def __init__(self, tokenizer: Any) -> None:
+        self._tokenizer = tokenizer
+        self._rust: Any = None
+        backend = getattr(tokenizer, "_tokenizer", None)
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:  # pragma: no cover - tokenizers is a dependency
+            Tokenizer = None
+        if Tokenizer is not None and isinstance(backend, Tokenizer):
+            rust = Tokenizer.from_str(backend.to_str())
+            rust.no_truncation()
+            rust.no_padding()
+            rust.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+            self._rust = rust
+
+    @property
+    def has_offsets(self) -> bool:
+        return self._rust is not None
+
+    def encode(self, text: str, *, add_special_tokens: bool) -> Encoded:
+        if self._rust is not None:
+            enc = self._rust.encode(text, add_special_tokens=add_special_tokens)
+            return Encoded(enc.ids, enc.offsets, enc)
+        ids = self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
+        return Encoded(list(ids), None, None)
+
+    def ids(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        if self._rust is not None:
+            ids: list[int] = self._rust.encode(text, add_special_tokens=add_special_tokens).ids
+            return ids
+        return list(self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self._tokenizer)
+
+
+def assistant_mask(encoded: Encoded, spans: tuple[tuple[int, int], ...]) -> list[int]:
+    """transformers' mask: 1 for the tokens of each ``{% generation %}`` span, else 0."""
+    n = len(encoded.ids)
+    mask = [0] * n
+    for start_char, end_char in spans:
+        start = encoded.char_to_token(start_char)
+        end = encoded.char_to_token(end_char - 1)
+        if start is None:
+            break  # out of range (transformers stops here too)
+        for i in range(start, end + 1 if end else n):
+            mask[i] = 1
+    return mask

@@ -1,0 +1,69 @@
+"""Prompt length rules (vLLM's tokenize params + ``get_max_tokens``), pure functions.
+
+Order, as vLLM applies them: the requested output length must fit the context; a
+``truncate_prompt_tokens`` must fit the room left for input; the prompt is cut from the left
+(the assistant mask and the token offsets are cut alike); a prompt still too long is refused;
+an empty prompt is refused; ``max_tokens`` becomes ``min(requested, max_model_len - prompt_len)``
+(all the room when absent), and a prompt that leaves no room is refused with the lengths.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from session.errors import RenderError
+
+
+@dataclass(frozen=True, slots=True)
+class FittedPrompt:
+    token_ids: list[int]
+    max_tokens: int
+    assistant_mask: list[int] | None = None
+    offsets: list[tuple[int, int]] | None = None
+
+
+def fit_prompt(token_ids: list[int], *, max_model_len: int, requested_max_tokens: int | None,
+               truncate_prompt_tokens: int | None, assistant_mask: list[int] | None = None,
+               offsets: list[tuple[int, int]] | None = None, param: str = "messages",
+               max_tokens_param: str = "max_tokens") -> FittedPrompt:
+    max_output = requested_max_tokens or 0
+    if max_output > max_model_len:
+        raise RenderError(
+            f"`{max_tokens_param}` ({max_output}) is greater than the model's maximum context length "
+            f"({max_model_len} tokens). Please request fewer output tokens.", param=max_tokens_param)
+    max_input = max_model_len - max_output
+    if truncate_prompt_tokens is not None:
+        limit = max_input if truncate_prompt_tokens < 0 else truncate_prompt_tokens
+        if limit > max_input:
+            raise RenderError(
+                f"truncate_prompt_tokens={truncate_prompt_tokens} cannot be greater than max_model_len - "
+                f"{max_tokens_param} = {max_input}. Please request a smaller truncation size.",
+                param="truncate_prompt_tokens")
+        if limit < len(token_ids):
+            cut = len(token_ids) - limit  # keep the last `limit` tokens (left truncation, as vLLM)
+            token_ids = token_ids[cut:]
+            assistant_mask = assistant_mask[cut:] if assistant_mask is not None else None
+            offsets = offsets[cut:] if offsets is not None else None
+    n = len(token_ids)
+    if n > max_input:
+        raise RenderError(
+            f"You passed {n} input tokens and requested {max_output} output tokens. However, the model's "
+            f"context length is only {max_model_len} tokens, resulting in a maximum input length of "
+            f"{max_input} tokens. Please reduce the length of the input prompt.", param=param)
+    if n == 0:
+        raise RenderError("No token_ids rendered", param=param)
+    room = max_model_len - n
+    max_tokens = room if requested_max_tokens is None else min(requested_max_tokens, room)
+    if max_tokens < 1:
+        raise RenderError(
+            f"This model's maximum context length is {max_model_len} tokens and your prompt has {n} tokens, "
+            "which leaves no room for output tokens. Please reduce the length of the input prompt "
+            "(or set truncate_prompt_tokens).", param=param)
+    return FittedPrompt(token_ids, max_tokens, assistant_mask, offsets)
+
+
+def fit_mask(mask: list[int], length: int) -> list[int]:
+    """vLLM's rule: right-pad with 0 when shorter than the tokens, truncate when longer."""
+    if len(mask) < length:
+        return mask + [0] * (length - len(mask))
+    return mask[:length]

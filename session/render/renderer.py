@@ -1,0 +1,275 @@
+"""The render stage: requests → vLLM 0.32-compatible :class:`~engine.protocol.GenerateRequest`.
+
+A :class:`Renderer` is bound to one tokenizer and one chat template. It is pure and synchronous
+(no I/O, no clock; callers run it on a worker thread) and safe to share between threads.
+
+Rules, in vLLM's order: unknown model → 404; beam search refused; an untrusted request chat
+template refused; ``tool_choice`` other than ``"none"`` needs a tool parser (``"auto"`` also needs
+auto tool choice); the conversation is rendered with the chat template and tokenized; length
+rules (:mod:`session.render.limits`); sampling params from the request, with a configured tool
+parser keeping special tokens (and constraining ``required`` / named tool choice to a JSON
+schema); the assistant-token mask and token offsets when asked for.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections import OrderedDict
+from typing import Any
+
+from engine.protocol import GenerateRequest, SamplingParams
+from session.errors import ModelNotFound, RenderError
+from session.protocol.anthropic import MessagesRequest
+from session.protocol.openai import ChatCompletionRequest, CompletionRequest, NamedToolChoice
+from session.render.anthropic import to_openai_chat
+from session.render.conversation import conversation_of, tool_dicts_of
+from session.render.encoder import Encoder, assistant_mask
+from session.render.limits import FittedPrompt, fit_mask, fit_prompt
+from session.render.template import ChatTemplate
+
+NO_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you must provide "
+               "a chat template if the tokenizer does not define one.")
+UNTRUSTED_TEMPLATE = ("Chat template is passed with request, but --trust-request-chat-template is not set. "
+                      "Refused request with untrusted chat template.")
+AUTO_TOOL_CHOICE = '"auto" tool choice requires --enable-auto-tool-choice and --tool-call-parser to be set'
+BEAM_SEARCH = "Beam search is not supported by the render endpoint"
+
+_TEMPLATE_CACHE_SIZE = 8
+
+
+def new_request_id(prefix: str) -> str:
+    """vLLM's shape: ``<prefix>-<16 hex digits>``."""
+    return f"{prefix}-{secrets.token_hex(8)}"
+
+
+class Renderer:
+    def __init__(self, tokenizer: Any, *, model_name: str, max_model_len: int,
+                 chat_template: str | None = None, tool_call_parser: str | None = None,
+                 enable_auto_tool_choice: bool = False, trust_request_chat_template: bool = False) -> None:
+        if max_model_len < 1:
+            raise ValueError(f"max_model_len must be positive, got {max_model_len}")
+        self.tokenizer = tokenizer
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+        self.tool_call_parser = tool_call_parser
+        self.enable_auto_tool_choice = enable_auto_tool_choice
+        self.trust_request_chat_template = trust_request_chat_template
+        self.encoder = Encoder(tokenizer)
+        self._special = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+        self._default_source = chat_template
+        self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
+        self._lock = threading.Lock()
+        if chat_template is not None:
+            self._compiled(chat_template)  # fail at startup, not on the first request
+
+    # --- entry points ------------------------------------------------------------------------
+
+    def check_model(self, model: str | None) -> None:
+        """An absent model means the served one; any other name is vLLM's 404."""
+        if model is not None and model != self.model_name:
+            raise ModelNotFound(model)
+
+    def render_chat(self, req: ChatCompletionRequest) -> GenerateRequest:
+        self.check_model(req.model)
+        if req.use_beam_search:
+            raise RenderError(BEAM_SEARCH, param="use_beam_search")
+        self._check_tool_choice(req)
+        template = self._template_for(req)
+        tools = tool_dicts_of(req.tools) if req.tools else None
+        conversation = conversation_of(req.messages, template.content_format)
+        want_mask = req.return_assistant_tokens_mask and template.marks_generation
+        rendered = template.render(
+            conversation, tools=tools, documents=req.documents,
+            add_generation_prompt=req.add_generation_prompt,
+            continue_final_message=req.continue_final_message, track_generation=want_mask,
+            kwargs=template.template_kwargs(self._chat_kwargs(req)))
+        if req.return_token_offsets or want_mask:
+            encoded = self.encoder.encode(rendered.text, add_special_tokens=req.add_special_tokens)
+            ids = encoded.ids
+            mask = fit_mask(assistant_mask(encoded, rendered.generation_spans), len(ids)) if want_mask else None
+            offsets = encoded.offsets if req.return_token_offsets else None
+        else:
+            ids, mask, offsets = self.encoder.ids(rendered.text, add_special_tokens=req.add_special_tokens), None, None
+        fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
+                            truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
+                            offsets=offsets, param="messages",
+                            max_tokens_param="max_completion_tokens" if req.max_completion_tokens is not None
+                            else "max_tokens")
+        params = self._chat_sampling(req, fitted.max_tokens)
+        return self._generate_request(new_request_id("chatcmpl"), fitted, params, req)
+
+    def render_completion(self, req: CompletionRequest) -> list[GenerateRequest]:
+        self.check_model(req.model)
+        if req.use_beam_search:
+            raise RenderError(BEAM_SEARCH, param="use_beam_search")
+        if req.suffix is not None:
+            raise RenderError("suffix is not currently supported", param="suffix")
+        if req.prompt_embeds is not None:
+            raise RenderError("prompt_embeds are not supported by tokenwire; send text or token ids.",
+                              param="prompt_embeds")
+        prompts = req.prompts()
+        if not prompts:
+            raise RenderError("Either prompt or prompt_embeds must be provided and non-empty.", param="prompt")
+        base = new_request_id("cmpl")
+        vocab = self.encoder.vocab_size
+        out: list[GenerateRequest] = []
+        for i, prompt in enumerate(prompts):
+            param = "prompt" if len(prompts) == 1 else f"prompt.{i}"
+            offsets: list[tuple[int, int]] | None = None
+            if isinstance(prompt, str):
+                if req.return_token_offsets and self.encoder.has_offsets:
+                    encoded = self.encoder.encode(prompt, add_special_tokens=req.add_special_tokens)
+                    ids, offsets = encoded.ids, encoded.offsets
+                else:
+                    ids = self.encoder.ids(prompt, add_special_tokens=req.add_special_tokens)
+            else:
+                ids = list(prompt)
+                bad = next((t for t in ids if t >= vocab), None)
+                if bad is not None:
+                    raise RenderError(f"Token id {bad} is out of vocabulary (the tokenizer has {vocab} tokens).",
+                                      param=param)
+            fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.max_tokens,
+                                truncate_prompt_tokens=req.truncate_prompt_tokens, offsets=offsets, param=param)
+            params = req.to_sampling_params(fitted.max_tokens)
+            request_id = base if len(prompts) == 1 else f"{base}-{i}"
+            out.append(self._generate_request(request_id, fitted, params, req))
+        return out
+
+    def render_messages(self, req: MessagesRequest) -> GenerateRequest:
+        """Anthropic messages: converted to an OpenAI chat request, then rendered as one."""
+        self.check_model(req.model)
+        return self.render_chat(to_openai_chat(req))
+
+    # --- pieces ------------------------------------------------------------------------------
+
+    def _check_tool_choice(self, req: ChatCompletionRequest) -> None:
+        choice = req.tool_choice
+        if choice is None or choice == "none":
+            return
+        if self.tool_call_parser is None:
+            if choice == "auto":
+                raise RenderError(AUTO_TOOL_CHOICE, param="tool_choice")
+            desc = f'function "{choice.function.name}"' if isinstance(choice, NamedToolChoice) else f'"{choice}"'
+            raise RenderError(f"tool_choice={desc} requires --tool-call-parser to be set", param="tool_choice")
+        if choice == "auto" and not self.enable_auto_tool_choice:
+            raise RenderError(AUTO_TOOL_CHOICE, param="tool_choice")
+
+    def _chat_kwargs(self, req: ChatCompletionRequest) -> dict[str, Any]:
+        """vLLM's merge: the request's chat_template_kwargs (``None`` / ``"auto"`` values dropped),
+        then the request's own fields on top."""
+        user = req.chat_template_kwargs or {}
+        kwargs = {k: v for k, v in user.items() if v is not None and v != "auto"}
+        if req.documents is not None:
+            kwargs["documents"] = req.documents
+        if req.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = req.reasoning_effort
+            if "enable_thinking" not in user:
+                kwargs["enable_thinking"] = req.reasoning_effort != "none"
+        return kwargs
+
+    def _template_for(self, req: ChatCompletionRequest) -> ChatTemplate:
+        requested = req.chat_template
+        if requested is None and req.chat_template_kwargs:
+            requested = req.chat_template_kwargs.get("chat_template")
+        if requested is not None:
+            if not self.trust_request_chat_template:
+                raise RenderError(UNTRUSTED_TEMPLATE, param="chat_template")
+            return self._compiled(requested)
+        source = self._default_source
+        if source is None:
+            source = self._tokenizer_template(bool(req.tools))
+        return self._compiled(source)
+
+    def _tokenizer_template(self, has_tools: bool) -> str:
+        template = getattr(self.tokenizer, "chat_template", None)
+        if isinstance(template, dict):
+            if has_tools and "tool_use" in template:
+                return str(template["tool_use"])
+            if "default" in template:
+                return str(template["default"])
+            raise RenderError("The model has several chat templates and none is named 'default'.")
+        if not template:
+            raise RenderError(NO_TEMPLATE)
+        return str(template)
+
+    def _compiled(self, source: str) -> ChatTemplate:
+        cached = self._templates.get(source)
+        if cached is not None:
+            return cached
+        with self._lock:
+            cached = self._templates.get(source)
+            if cached is None:
+                try:
+                    cached = ChatTemplate(source, self._special)
+                except ValueError as exc:
+                    raise RenderError(str(exc), param="chat_template") from None
+                self._templates[source] = cached
+                while len(self._templates) > _TEMPLATE_CACHE_SIZE + 1:
+                    # keep the default template, drop the oldest request template
+                    oldest = next(k for k in self._templates if k != self._default_source)
+                    del self._templates[oldest]
+            return cached
+
+    def _chat_sampling(self, req: ChatCompletionRequest, max_tokens: int) -> SamplingParams:
+        skip: bool | None = None
+        structured: dict[str, Any] | None = None
+        if self.tool_call_parser is not None and req.has_active_tools:
+            # tool-call markup is made of special tokens in most formats: keep them for the parser
+            skip = False
+            schema = _tool_choice_schema(req)
+            if schema is not None:
+                structured = {"json": schema}
+        return req.to_sampling_params(max_tokens, skip_special_tokens=skip, structured_outputs=structured)
+
+    @staticmethod
+    def _generate_request(request_id: str, fitted: FittedPrompt, params: SamplingParams,
+                          req: ChatCompletionRequest | CompletionRequest) -> GenerateRequest:
+        stream = bool(req.stream)
+        return GenerateRequest.model_construct(
+            request_id=request_id,
+            token_ids=fitted.token_ids,
+            sampling_params=params,
+            model=req.model,
+            token_offsets=fitted.offsets,
+            features=None,
+            content_parts=None,
+            assistant_tokens_mask=fitted.assistant_mask,
+            reasoning_ended=None,
+            reasoning_parser_kwargs=None,
+            return_token_ids=None,
+            output_mode="tokens",
+            stream=stream,
+            stream_options=req.stream_options if stream else None,
+            cache_salt=req.cache_salt,
+            priority=req.priority,
+            kv_transfer_params=None,
+            ec_transfer_params=None,
+        )
+
+
+def _tool_choice_schema(req: ChatCompletionRequest) -> dict[str, Any] | None:
+    """vLLM's JSON schema for ``tool_choice: "required"`` (an array of calls) or a named tool (its
+    parameters); ``None`` for ``"auto"``."""
+    tools = req.tools or []
+    choice = req.tool_choice
+    if isinstance(choice, NamedToolChoice):
+        for tool in tools:
+            if tool.function.name == choice.function.name:
+                return tool.function.parameters or {"type": "object", "properties": {}}
+        return None
+    if choice != "required":
+        return None
+    defs: dict[str, Any] = {}
+    variants = []
+    for tool in tools:
+        params = dict(tool.function.parameters or {"type": "object", "properties": {}})
+        defs.update(params.pop("$defs", {}) or {})
+        variants.append({
+            "properties": {"name": {"type": "string", "enum": [tool.function.name]}, "parameters": params},
+            "required": ["name", "parameters"],
+        })
+    schema: dict[str, Any] = {"type": "array", "minItems": 1, "items": {"type": "object", "anyOf": variants}}
+    if defs:
+        schema["$defs"] = defs
+    return schema
