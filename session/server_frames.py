@@ -1,0 +1,247 @@
+"""Server → client frames of the WebSocket session (docs/protocol.md): frozen slotted dataclasses
+that orjson serializes directly (the hot path: one frame per delta).
+
+``seq`` is stamped at write time (:meth:`ServerFrame.stamped`, via ``Session.stamp``), so frames
+coalesced while a client reads slowly still leave with strictly increasing ``seq``. Delta frames of
+one request merge with ``merge`` — concatenation in order, never reinterpretation. Clients decode
+frames with :func:`decode_server_frame`. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import secrets
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal, Self
+
+import orjson
+from pydantic import Field, TypeAdapter
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerFrame:
+    type: str
+    seq: int = 0
+    event_id: str | None = None
+
+    def stamped(self, seq: int) -> Self:
+        return dataclasses.replace(self, seq=seq)
+
+    def encode(self) -> bytes:
+        return orjson.dumps(self, option=orjson.OPT_NON_STR_KEYS)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionCreated(ServerFrame):
+    type: Literal["session.created"] = "session.created"
+    session_id: str
+    protocol_version: int
+    server: dict[str, str]
+    frames: list[str]
+    limits: dict[str, float | int]
+    session: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SessionUpdated(ServerFrame):
+    type: Literal["session.updated"] = "session.updated"
+    session: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Pong(ServerFrame):
+    type: Literal["pong"] = "pong"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ErrorFrame(ServerFrame):
+    """``id`` is the request the error ends (null for frame- or session-level errors)."""
+
+    type: Literal["error"] = "error"
+    id: str | None = None
+    error: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RenderDone(ServerFrame):
+    type: Literal["render.done"] = "render.done"
+    id: str
+    result: Any
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DerenderDelta(ServerFrame):
+    type: Literal["derender.delta"] = "derender.delta"
+    id: str
+    result: dict[str, Any]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateDelta(ServerFrame):
+    """``chunk`` has the shape of one ``/inference/v1/generate`` stream event:
+    ``{"request_id", "choices": [{"index", "token_ids", "finish_reason", "stop_reason", "logprobs"}]}``."""
+
+    type: Literal["generate.delta"] = "generate.delta"
+    id: str
+    chunk: dict[str, Any]
+
+    def merge(self, later: GenerateDelta) -> GenerateDelta:
+        return dataclasses.replace(self, chunk=merge_generate_chunks(self.chunk, later.chunk))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _PipelineDelta(ServerFrame):
+    id: str
+    checkpoint: str | None = None
+    output_token_ids: list[int] | None = None
+
+    def _merged_ids(self, later: _PipelineDelta) -> list[int] | None:
+        if self.output_token_ids is None:
+            return later.output_token_ids
+        if later.output_token_ids is None:
+            return self.output_token_ids
+        return self.output_token_ids + later.output_token_ids
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatDelta(_PipelineDelta):
+    type: Literal["chat.delta"] = "chat.delta"
+    chunks: list[dict[str, Any]]
+
+    def merge(self, later: ChatDelta) -> ChatDelta:
+        return dataclasses.replace(self, chunks=self.chunks + later.chunks,
+                                   checkpoint=later.checkpoint or self.checkpoint,
+                                   output_token_ids=self._merged_ids(later))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionDelta(_PipelineDelta):
+    type: Literal["completion.delta"] = "completion.delta"
+    chunks: list[dict[str, Any]]
+
+    def merge(self, later: CompletionDelta) -> CompletionDelta:
+        return dataclasses.replace(self, chunks=self.chunks + later.chunks,
+                                   checkpoint=later.checkpoint or self.checkpoint,
+                                   output_token_ids=self._merged_ids(later))
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagesDelta(_PipelineDelta):
+    type: Literal["messages.delta"] = "messages.delta"
+    events: list[dict[str, Any]]
+
+    def merge(self, later: MessagesDelta) -> MessagesDelta:
+        return dataclasses.replace(self, events=self.events + later.events,
+                                   checkpoint=later.checkpoint or self.checkpoint,
+                                   output_token_ids=self._merged_ids(later))
+
+
+Status = Literal["completed", "cancelled"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Done(ServerFrame):
+    id: str
+    status: Status
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class GenerateDone(_Done):
+    type: Literal["generate.done"] = "generate.done"
+    usage: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ChatDone(_Done):
+    type: Literal["chat.done"] = "chat.done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CompletionDone(_Done):
+    type: Literal["completion.done"] = "completion.done"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class MessagesDone(_Done):
+    type: Literal["messages.done"] = "messages.done"
+
+
+DeltaFrame = GenerateDelta | ChatDelta | CompletionDelta | MessagesDelta
+DoneFrame = RenderDone | DerenderDelta | GenerateDone | ChatDone | CompletionDone | MessagesDone
+AnyServerFrame = (SessionCreated | SessionUpdated | Pong | ErrorFrame | RenderDone | DerenderDelta
+                  | GenerateDelta | GenerateDone | ChatDelta | ChatDone | CompletionDelta | CompletionDone
+                  | MessagesDelta | MessagesDone)
+
+SERVER_FRAMES: TypeAdapter[AnyServerFrame] = TypeAdapter(
+    Annotated[AnyServerFrame, Field(discriminator="type")]
+)
+
+
+def decode_server_frame(data: bytes | str) -> AnyServerFrame:
+    """Client side: one server frame as its typed value (raises pydantic's ValidationError)."""
+    return SERVER_FRAMES.validate_json(data)
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorInfo:
+    """A client-safe description of a failure: ``code`` (see docs/protocol.md), ``status`` (the HTTP
+    status the same failure gets on the HTTP endpoints), a message written for the client."""
+
+    code: str
+    message: str
+    status: int = 400
+    param: str | None = None
+    reason: str | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"code": self.code, "message": self.message, "status": self.status,
+                               "param": self.param}
+        if self.reason is not None:
+            out["reason"] = self.reason
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# Delta merging
+
+
+def merge_generate_chunks(earlier: dict[str, Any], later: dict[str, Any]) -> dict[str, Any]:
+    """Concatenate two generate stream chunks of one request: per choice index, token ids and
+    logprobs append; the later finish / stop reason wins."""
+    choices: dict[int, dict[str, Any]] = {}
+    order: list[int] = []
+    for chunk in (earlier, later):
+        for choice in chunk.get("choices") or ():
+            index = int(choice.get("index", 0))
+            seen = choices.get(index)
+            if seen is None:
+                choices[index] = {**choice, "token_ids": list(choice.get("token_ids") or [])}
+                order.append(index)
+                continue
+            seen["token_ids"].extend(choice.get("token_ids") or ())
+            seen["logprobs"] = _merge_logprobs(seen.get("logprobs"), choice.get("logprobs"))
+            if choice.get("finish_reason") is not None:
+                seen["finish_reason"] = choice["finish_reason"]
+                seen["stop_reason"] = choice.get("stop_reason")
+    out = {**earlier, **later}
+    out["choices"] = [choices[i] for i in order]
+    return out
+
+
+def _merge_logprobs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[str, Any] | None:
+    if a is None or b is None:
+        return a if b is None else b
+    return {**a, "content": list(a.get("content") or []) + list(b.get("content") or [])}
+
+
+DELTA_FRAME_OF: dict[str, type[DeltaFrame]] = {
+    "generate": GenerateDelta, "chat": ChatDelta, "completion": CompletionDelta, "messages": MessagesDelta,
+}
+DONE_FRAME_OF: dict[str, type[GenerateDone | ChatDone | CompletionDone | MessagesDone]] = {
+    "generate": GenerateDone, "chat": ChatDone, "completion": CompletionDone, "messages": MessagesDone,
+}
+
+
+
+def new_session_id() -> str:
+    return "sess_" + secrets.token_hex(12)
