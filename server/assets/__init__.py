@@ -117,7 +117,11 @@ def ensure_default_model() -> Path:
 
 
 def cli_main(args: argparse.Namespace) -> int:
-    """``tokenwire assets [--list] [--only NAME ...] [--cache-dir DIR]``."""
+    """``tokenwire assets [--list] [--only NAME ...] [--cache-dir DIR]``.
+
+    ``--list`` prints one line per asset: name, kind, state (built, missing, partial, stale,
+    corrupt) and path. Otherwise builds the named assets (default: all), with progress on stderr.
+    """
     from server.assets.cli import main
 
     return main(args)

@@ -75,10 +75,14 @@ def locked(name: str) -> Iterator[None]:
 
 @dataclass(frozen=True)
 class Check:
-    """The state of a cached entry: ``ok`` or why it must be (re)built."""
+    """The state of a cached entry: ``state`` is built, missing, partial, stale or corrupt."""
 
-    ok: bool
+    state: str
     reason: str
+
+    @property
+    def ok(self) -> bool:
+        return self.state == "built"
 
 
 def write_manifest(directory: Path, name: str, version: int, build_seconds: float) -> None:
@@ -106,26 +110,26 @@ def read_manifest(directory: Path) -> dict[str, object] | None:
 def check(directory: Path, version: int, *, deep: bool = True) -> Check:
     """Is ``directory`` a complete build of recipe ``version``? ``deep`` re-hashes small files."""
     if not directory.is_dir():
-        return Check(False, "not built")
+        return Check("missing", "not built")
     manifest = read_manifest(directory)
     if manifest is None:
-        return Check(False, "incomplete (no manifest: a build was interrupted)")
+        return Check("partial", "incomplete (no manifest: a build was interrupted)")
     if manifest.get("version") != version:
-        return Check(False, f"stale (recipe version {manifest.get('version')}, want {version})")
+        return Check("stale", f"stale (recipe version {manifest.get('version')}, want {version})")
     files = manifest.get("files")
     if not isinstance(files, dict) or not files:
-        return Check(False, "corrupt manifest")
+        return Check("corrupt", "corrupt manifest")
     for rel, meta in files.items():
         path = directory / rel
         try:
             size = path.stat().st_size
         except OSError:
-            return Check(False, f"corrupt: {rel} is missing")
+            return Check("corrupt", f"corrupt: {rel} is missing")
         if size != meta["size"]:
-            return Check(False, f"corrupt: {rel} has {size} bytes, manifest says {meta['size']}")
+            return Check("corrupt", f"corrupt: {rel} has {size} bytes, manifest says {meta['size']}")
         if deep and size <= HASH_LIMIT and sha256_file(path) != meta["sha256"]:
-            return Check(False, f"corrupt: {rel} does not match its sha256")
-    return Check(True, "ok")
+            return Check("corrupt", f"corrupt: {rel} does not match its sha256")
+    return Check("built", "ok")
 
 
 def new_build_dir(name: str) -> Path:

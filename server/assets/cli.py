@@ -28,8 +28,8 @@ def main(args: argparse.Namespace) -> int:
         width = max(len(n) for n in names)
         for name in names:
             state = status(name)
-            label = "built" if state.ok else state.reason
-            print(f"{name:<{width}}  {ASSETS[name].kind:<10}  {label:<10}  {asset_path(name)}")
+            detail = "" if state.ok or state.state == "missing" else f"  ({state.reason})"
+            print(f"{name:<{width}}  {ASSETS[name].kind:<10}  {state.state:<7}  {asset_path(name)}{detail}")
         return 0
 
     failed = 0

@@ -68,7 +68,7 @@ def build_default_model(out: Path) -> None:
     config = gguf_model.config
     if hasattr(config, "quantization_config"):
         del config.quantization_config
-    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)
+    model = AutoModelForCausalLM.from_config(config, dtype=torch.bfloat16)  # type: ignore[no-untyped-call]
     model.load_state_dict(gguf_model.state_dict())
     del gguf_model
     model.generation_config.eos_token_id = IM_END_ID
@@ -123,8 +123,8 @@ def build_tiny(recipe: TinyRecipe, out: Path) -> None:
         tie_word_embeddings=True, max_position_embeddings=4096, bos_token_id=bos_id,
         eos_token_id=eos[0] if len(eos) == 1 else eos, pad_token_id=pad_id, dtype=TINY_DTYPE)
     torch.manual_seed(TINY_SEED)
-    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TINY_DTYPE))
-    model.generation_config = GenerationConfig(bos_token_id=bos_id, eos_token_id=eos, pad_token_id=pad_id)
+    model = AutoModelForCausalLM.from_config(config, dtype=getattr(torch, TINY_DTYPE))  # type: ignore[no-untyped-call]
+    model.generation_config = GenerationConfig(bos_token_id=bos_id, eos_token_id=eos, pad_token_id=pad_id)  # type: ignore[no-untyped-call]
     progress(f"{recipe.name} 2/2: saving to {out}")
     model.save_pretrained(str(out))
 

@@ -126,7 +126,7 @@ def _save(tok: Any, recipe: TokenizerRecipe, template: str, out: Path) -> None:
     extra = config.pop("additional_special_tokens", None)
     if extra:
         config["extra_special_tokens"] = extra
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=template, **config)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, chat_template=template, **config)  # type: ignore[no-untyped-call]
     if len(fast) != recipe.size:
         raise RuntimeError(f"{recipe.name}: built {len(fast)} ids, expected {recipe.size}")
     fast.save_pretrained(str(out))
@@ -140,8 +140,8 @@ def _gguf_bpe(path: Path, base: int) -> tuple[dict[str, int], list[tuple[str, st
 
     fields = GGUFReader(str(path)).fields
     tokens = fields["tokenizer.ggml.tokens"].contents()[:base]
-    merges = [tuple(m.split(" ", 1)) for m in fields["tokenizer.ggml.merges"].contents()]
-    return {t: i for i, t in enumerate(tokens)}, merges  # type: ignore[misc]
+    merges = [(a, b) for a, b in (m.split(" ", 1) for m in fields["tokenizer.ggml.merges"].contents())]
+    return {t: i for i, t in enumerate(tokens)}, merges
 
 
 def _added(tok: Any, added: list[tuple[str, bool]], first_id: int) -> None:
@@ -171,7 +171,7 @@ def _qwen(vocab_file: Path, added: list[tuple[str, bool]]) -> Any:
         pre_tokenizers.Split(Regex(QWEN_REGEX), behavior="isolated", invert=False),
         pre_tokenizers.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)])
     tok.post_processor = processors.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
-    tok.decoder = decoders.ByteLevel(add_prefix_space=False, trim_offsets=False, use_regex=False)
+    tok.decoder = decoders.ByteLevel()
     _added(tok, added, QWEN_BASE_VOCAB)
     return tok
 
@@ -191,13 +191,13 @@ def _llama31(vocab_file: Path) -> Any:
         processors.ByteLevel(add_prefix_space=True, trim_offsets=False, use_regex=True),
         processors.TemplateProcessing(single=f"{bos}:0 $A:0", pair=f"{bos}:0 $A:0 {bos}:1 $B:1",
                                       special_tokens=[(bos, LLAMA3_BASE_VOCAB)])])
-    tok.decoder = decoders.ByteLevel(add_prefix_space=True, trim_offsets=True, use_regex=True)
+    tok.decoder = decoders.ByteLevel()
     _added(tok, [(t, True) for t in LLAMA31_SPECIAL], LLAMA3_BASE_VOCAB)
     return tok
 
 
 def _mistral_nemo(work: Path, vectors: Path) -> Any:
-    from transformers.integrations.mistral import convert_tekken_tokenizer
+    from transformers.integrations.mistral.tokenizer import convert_tekken_tokenizer
 
     tekken = vectors / "tekken_240718.json"
     sources = {f"mistral_common/{f}": work / f for f in ("tokens/tokenizers/base.py",
@@ -237,8 +237,9 @@ def mistral_deprecated_specials(base_py: Path, tekken_py: Path) -> list[str]:
                 assert isinstance(call, ast.Call)
                 kw = {k.arg: k.value for k in call.keywords}
                 rank, token = kw["rank"], kw["token_str"]
-                assert isinstance(rank, ast.Constant) and isinstance(token, ast.Attribute)
-                ranked[int(rank.value)] = values[token.attr]
+                assert isinstance(rank, ast.Constant) and isinstance(rank.value, int)
+                assert isinstance(token, ast.Attribute)
+                ranked[rank.value] = values[token.attr]
     if not ranked or sorted(ranked) != list(range(len(ranked))):
         raise RuntimeError("could not read Tekkenizer.DEPRECATED_SPECIAL_TOKENS from mistral-common's source")
     return [ranked[i] for i in range(len(ranked))]
