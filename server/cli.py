@@ -50,6 +50,16 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="expose the scale-out endpoints (same as TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS=1)")
     p.add_argument("--allowed-origin", action="append", default=None,
                    help="allow WebSocket connections from this Origin (repeatable; default: same host)")
+    p.add_argument("--ws-max-frame-bytes", type=int, default=16 * 1024 * 1024,
+                   help="largest WebSocket message accepted, in bytes (default 16 MiB; larger closes 1009)")
+    p.add_argument("--ws-max-in-flight", type=int, default=64,
+                   help="requests in flight per WebSocket session (default 64)")
+    p.add_argument("--ws-idle-timeout", type=float, default=300.0,
+                   help="close a WebSocket session idle this many seconds (default 300; ping frames count)")
+    p.add_argument("--ws-max-lifetime", type=float, default=24 * 3600.0,
+                   help="close a WebSocket session after this many seconds (default 86400)")
+    p.add_argument("--ws-per-message-deflate", action="store_true",
+                   help="offer permessage-deflate on WebSocket sessions (default off)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default info)")
     if not render:
@@ -135,6 +145,11 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         enable_scale_out=args.enable_scale_out,
         log_level=args.log_level,
         allowed_origins=tuple(args.allowed_origin or ()),
+        ws_max_frame_bytes=args.ws_max_frame_bytes,
+        ws_max_in_flight=args.ws_max_in_flight,
+        ws_idle_timeout=args.ws_idle_timeout,
+        ws_max_lifetime=args.ws_max_lifetime,
+        ws_per_message_deflate=args.ws_per_message_deflate,
         environ=environ,
         **extra,  # type: ignore[arg-type]
     )

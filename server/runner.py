@@ -37,6 +37,8 @@ def run(settings: Settings, gating: Gating) -> int:
     url_host = f"[{host}]" if ":" in host else host
     app.state.listen_url = f"http://{url_host}:{port}"
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                            ws_max_size=settings.ws_max_frame_bytes,
+                            ws_per_message_deflate=settings.ws_per_message_deflate,
                             timeout_graceful_shutdown=10, access_log=settings.log_level == "debug")
     server = uvicorn.Server(config)
     log.info("tokenwire %s on %s (model %s)", settings.mode.value, app.state.listen_url,

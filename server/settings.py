@@ -48,6 +48,11 @@ class Settings:
     max_waiting: int = 256
     # websocket / limits
     allowed_origins: tuple[str, ...] = ()
+    ws_max_frame_bytes: int = 16 * 1024 * 1024  # a 128k-token prompt as JSON fits several times over
+    ws_max_in_flight: int = 64  # requests in flight per session
+    ws_idle_timeout: float = 300.0  # seconds without frames or requests before the server closes
+    ws_max_lifetime: float = 24 * 3600.0  # seconds a session may live
+    ws_per_message_deflate: bool = False  # token streams compress poorly and cost CPU
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def with_(self, **changes: object) -> Settings:
