@@ -1,0 +1,224 @@
+"""Chat derender: engine token ids → ``chat.completion.chunk`` deltas and ``chat.completion``.
+
+:class:`ChatDerenderer` is the incremental object every path uses:
+
+- the WebSocket / SSE pipelines keep it in memory and call :meth:`ChatDerenderer.push` per engine
+  step, sending the returned chunk (``None``: nothing new yet) and stopping the engine for a choice
+  when ``stop_engine`` is set (a stop string matched);
+- the HTTP streaming derender restores one choice from the signed state, pushes one chunk, and
+  snapshots it again (:mod:`session.derender.service`);
+- the non-streaming derender (:func:`chat_response`) pushes everything in one go and assembles the
+  message, so streaming and non-streaming agree by construction.
+
+Chunks are plain dicts in vLLM 0.32's shape (:class:`session.protocol.openai_responses.ChatCompletionStreamResponse`):
+the first chunk of a choice carries ``delta.role: "assistant"``; tool calls carry pinned ids
+``chatcmpl-tool-<16 hex>`` (derived from a per-choice salt and the call index, so a state needs no
+list of ids), the first delta of a call has ``id``, ``type``, ``name`` and ``arguments`` (``""``
+unless argument text came in the same push); the finish reason is ``"tool_calls"`` when calls were
+made (except for a forced named function: ``"stop"``, as OpenAI reports it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from engine.protocol import GenerateResponse, TokenLogprob
+from session.derender.choice import ChoiceStream, Piece, StreamSpec
+from session.derender.logprobs import chat_logprobs
+from session.parsers.base import ToolCallDelta
+
+__all__ = ["ChatDerenderer", "ChatStep", "chat_response", "tool_call_id", "usage_dict"]
+
+
+def tool_call_id(salt: str, index: int) -> str:
+    return "chatcmpl-tool-" + hashlib.sha256(f"{salt}:{index}".encode()).hexdigest()[:16]
+
+
+def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
+    return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
+            "completion_tokens": completion_tokens, "prompt_tokens_details": None,
+            "completion_tokens_details": None}
+
+
+@dataclass(slots=True)
+class ChatStep:
+    """The result of one push for one choice."""
+
+    chunk: dict[str, Any] | None  # the chunk to send; None when there is nothing new
+    piece: Piece
+    stop_engine: bool = False  # a stop string matched: stop generating this choice now
+    finished: bool = False
+
+
+def _delta_tool_calls(salt: str, calls: Sequence[ToolCallDelta]) -> list[dict[str, Any]]:
+    """Tool-call deltas in OpenAI's shape, merging consecutive fragments of the same call."""
+    out: list[dict[str, Any]] = []
+    for c in calls:
+        if out and out[-1]["index"] == c.index and (c.name is None):
+            fn = out[-1]["function"]
+            fn["arguments"] = (fn["arguments"] or "") + c.arguments
+            continue
+        if c.name is not None:
+            out.append({"id": tool_call_id(salt, c.index), "type": "function", "index": c.index,
+                        "function": {"name": c.name, "arguments": c.arguments}})
+        else:
+            out.append({"id": None, "type": None, "index": c.index,
+                        "function": {"name": None, "arguments": c.arguments}})
+    return out
+
+
+class ChatDerenderer:
+    """Incremental chat derender of one request (``n`` choices)."""
+
+    __slots__ = ("continuous_usage", "created", "model", "prompt_tokens", "request_id", "return_token_ids",
+                 "spec", "streams", "top_logprobs", "want_logprobs")
+
+    def __init__(self, spec: StreamSpec, *, request_id: str, created: int, model: str, n: int = 1,
+                 prompt_tokens: int = 0, want_logprobs: bool = True, top_logprobs: int | None = None,
+                 continuous_usage: bool = False, return_token_ids: bool = False,
+                 streams: dict[int, ChoiceStream] | None = None) -> None:
+        self.spec = spec
+        self.request_id = request_id
+        self.created = created
+        self.model = model
+        self.prompt_tokens = prompt_tokens
+        self.want_logprobs = want_logprobs
+        self.top_logprobs = top_logprobs
+        self.continuous_usage = continuous_usage
+        self.return_token_ids = return_token_ids
+        self.streams: dict[int, ChoiceStream] = (
+            streams if streams is not None else {i: ChoiceStream.new(spec, i) for i in range(n)})
+
+    # --- state -----------------------------------------------------------------------------------
+    def stream(self, index: int) -> ChoiceStream:
+        s = self.streams.get(index)
+        if s is None:
+            s = self.streams[index] = ChoiceStream.new(self.spec, index)
+        return s
+
+    def snapshot(self, index: int) -> dict[str, Any]:
+        return self.stream(index).snapshot()
+
+    def restore(self, index: int, snap: dict[str, Any]) -> None:
+        self.streams[index] = ChoiceStream.restore(self.spec, index, snap)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(s.count for s in self.streams.values())
+
+    @property
+    def finished(self) -> bool:
+        return all(s.finished for s in self.streams.values())
+
+    # --- the step --------------------------------------------------------------------------------
+    def push(self, index: int, token_ids: Sequence[int], logprobs: Sequence[TokenLogprob] | None = None,
+             finish_reason: str | None = None, stop_reason: int | str | None = None, *,
+             always: bool = False) -> ChatStep:
+        """Derender the next ids of choice ``index``. Returns the chunk to send (``None`` when
+        nothing is new, unless ``always``)."""
+        stream = self.stream(index)
+        piece = stream.push(token_ids, finish_reason, stop_reason)
+        first = not stream.started
+        lp = None
+        if logprobs and self.want_logprobs:
+            lp = chat_logprobs(self.spec.table, logprobs[: piece.counted], self.top_logprobs)
+        if not (piece or first or lp or always):
+            return ChatStep(None, piece)
+        stream.started = True
+        delta: dict[str, Any] = {"role": "assistant" if first else None, "content": piece.content or None,
+                                 "reasoning": piece.reasoning or None}
+        if piece.tool_calls:
+            delta["tool_calls"] = _delta_tool_calls(stream.salt, piece.tool_calls)
+        choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": piece.finish_reason,
+                  "stop_reason": piece.stop_reason,
+                  "token_ids": list(token_ids[: piece.counted]) if self.return_token_ids else None}
+        usage = usage_dict(self.prompt_tokens, stream.count) if self.continuous_usage else None
+        chunk = {"id": self.request_id, "object": "chat.completion.chunk", "created": self.created,
+                 "model": self.model, "choices": [choice], "usage": usage, "system_fingerprint": None,
+                 "prompt_token_ids": None, "prompt_text": None, "metrics": None}
+        return ChatStep(chunk, piece, piece.stop_engine, stream.finished)
+
+    def usage_chunk(self, usage: dict[str, Any] | None = None) -> dict[str, Any]:
+        """The final usage-only chunk (``choices: []``); by default counted over all choices."""
+        if usage is None:
+            usage = usage_dict(self.prompt_tokens, self.completion_tokens)
+        return {"id": self.request_id, "object": "chat.completion.chunk", "created": self.created,
+                "model": self.model, "choices": [], "usage": usage, "system_fingerprint": None,
+                "prompt_token_ids": None, "prompt_text": None, "metrics": None}
+
+
+# --- non-streaming ---------------------------------------------------------------------------------
+
+
+def _message(pieces: Sequence[Piece], salt: str) -> dict[str, Any]:
+    content = "".join(p.content for p in pieces)
+    reasoning = "".join(p.reasoning for p in pieces)
+    calls: dict[int, dict[str, Any]] = {}
+    for p in pieces:
+        for c in p.tool_calls:
+            call = calls.get(c.index)
+            if call is None:
+                call = calls[c.index] = {"id": tool_call_id(salt, c.index), "type": "function",
+                                         "function": {"name": c.name or "", "arguments": ""}}
+            elif c.name and not call["function"]["name"]:
+                call["function"]["name"] = c.name
+            call["function"]["arguments"] += c.arguments
+    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None,
+                               "refusal": None, "annotations": None, "audio": None, "function_call": None}
+    if calls:
+        message["tool_calls"] = [calls[i] for i in sorted(calls)]
+    message["reasoning"] = reasoning or None
+    return message
+
+
+def chat_response(derenderer: ChatDerenderer, response: GenerateResponse) -> dict[str, Any]:
+    """A ``chat.completion`` dict for a whole engine response, through the incremental path."""
+    choices = []
+    for gc in response.choices:
+        stream = derenderer.stream(gc.index)
+        ids = gc.token_ids or []
+        entries = gc.logprobs.content if gc.logprobs is not None else None
+        piece = stream.push(ids, gc.finish_reason, gc.stop_reason, final=True)
+        lp = None
+        if entries is not None and derenderer.want_logprobs:
+            lp = chat_logprobs(derenderer.spec.table, entries[: piece.counted], derenderer.top_logprobs)
+        choices.append({
+            "index": gc.index, "message": _message([piece], stream.salt), "logprobs": lp,
+            "finish_reason": piece.finish_reason, "stop_reason": piece.stop_reason,
+            "token_ids": list(ids[: piece.counted]) if derenderer.return_token_ids else None,
+            "routed_experts": None,
+        })
+    return {
+        "id": derenderer.request_id, "object": "chat.completion", "created": derenderer.created,
+        "model": derenderer.model, "choices": choices, "service_tier": None, "system_fingerprint": None,
+        "usage": usage_dict(derenderer.prompt_tokens, derenderer.completion_tokens),
+        "prompt_logprobs": None, "prompt_token_ids": None, "prompt_text": None, "kv_transfer_params": None,
+        "ec_transfer_params": None, "metrics": None,
+    }
+
+
+def assemble_message(chunks: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Concatenate streamed chunks of one choice into (content, reasoning, tool_calls, finish),
+    the shape tests and clients compare with the non-streaming message."""
+    content: list[str] = []
+    reasoning: list[str] = []
+    calls: dict[int, dict[str, Any]] = {}
+    finish = stop = None
+    for chunk in chunks:
+        for choice in chunk["choices"]:
+            delta = choice["delta"]
+            content.append(delta.get("content") or "")
+            reasoning.append(delta.get("reasoning") or "")
+            for tc in delta.get("tool_calls") or ():
+                call = calls.setdefault(tc["index"], {"id": None, "name": None, "arguments": ""})
+                call["id"] = call["id"] or tc.get("id")
+                fn = tc.get("function") or {}
+                call["name"] = call["name"] or fn.get("name")
+                call["arguments"] += fn.get("arguments") or ""
+            if choice.get("finish_reason") is not None:
+                finish, stop = choice["finish_reason"], choice.get("stop_reason")
+    return {"content": "".join(content), "reasoning": "".join(reasoning),
+            "tool_calls": [calls[i] for i in sorted(calls)], "finish_reason": finish, "stop_reason": stop}

@@ -1,0 +1,278 @@
+"""The incremental machinery of one choice: token ids → text → stop strings → reasoning parser →
+tool parser, with a small snapshot.
+
+Per push, in order:
+
+1. **count** the ids (usage counts every generated token, the eos included);
+2. **hold** the last id when it is a special / eos / stop token id and the chunk does not finish
+   the stream: if the next push finishes with ``finish_reason "stop"`` (an eos or stop token, not a
+   stop string), that token is dropped from the text, as an engine with a detokenizer drops it;
+   otherwise it is decoded first thing next time. So chunking never changes the text;
+3. **detokenize** (:mod:`session.detokenizer`), one id at a time when stop strings are set so a
+   match is attributed to the token that completed it (later ids of the chunk are not counted);
+4. **stop strings** (:mod:`session.stop`): hold back a possible partial match, cut at a match;
+5. **reasoning parser**, then the **tool parser** on the content it lets through;
+6. at the end (a finish reason, or a stop-string match): flush every stage in the same order.
+
+The snapshot holds only what each stage must remember (an unfinished character, the held id, the
+held-back tail, each parser's own state) and counters: never the output so far, so every push costs
+O(chunk + what a parser holds), however long the output already is.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from session.detokenizer import (
+    ByteLevelDetokenizer,
+    TokenTable,
+    WindowDetokenizer,
+    new_detokenizer,
+    restore_detokenizer,
+)
+from session.errors import DerenderError
+from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
+from session.stop import StopStrings
+
+__all__ = ["ChoiceStream", "Piece", "StreamSpec"]
+
+
+@dataclass(frozen=True, slots=True)
+class StreamSpec:
+    """What every choice of one request shares; rebuilt from the request on every call."""
+
+    table: TokenTable
+    skip_special_tokens: bool = True
+    stop: tuple[str, ...] = ()
+    include_stop_str_in_output: bool = False
+    hold_ids: frozenset[int] = frozenset()
+    reasoning_parser: type[ReasoningParser] | None = None
+    tool_parser: type[ToolParser] | None = None
+    parser_ctx: ParserContext = field(default_factory=ParserContext)
+    include_reasoning: bool = True
+    parallel_tool_calls: bool = True
+    tool_calls_finish: bool = True  # calls made turn finish_reason "stop" into "tool_calls"
+    prompt_tail: tuple[int, ...] = ()
+
+
+@dataclass(slots=True)
+class Piece:
+    """What one push produced for one choice."""
+
+    content: str = ""
+    reasoning: str = ""
+    tool_calls: list[ToolCallDelta] = field(default_factory=list)
+    counted: int = 0  # how many of the pushed ids count (all, unless a stop string cut the chunk)
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+    stop_engine: bool = False  # a stop string matched: the engine should stop this choice now
+
+    def __bool__(self) -> bool:
+        return bool(self.content or self.reasoning or self.tool_calls or self.finish_reason)
+
+
+class ChoiceStream:
+    __slots__ = ("count", "detok", "finished", "held", "index", "reasoning", "salt", "spec", "started",
+                 "stops", "text_offset", "tool")
+
+    def __init__(self, spec: StreamSpec, index: int, *, detok: ByteLevelDetokenizer | WindowDetokenizer,
+                 stops: StopStrings | None, reasoning: ReasoningParser | None, tool: ToolParser | None,
+                 salt: str, held: int | None = None, count: int = 0, finished: bool = False,
+                 started: bool = False, text_offset: int = 0) -> None:
+        self.spec = spec
+        self.index = index
+        self.detok = detok
+        self.stops = stops
+        self.reasoning = reasoning
+        self.tool = tool
+        self.salt = salt
+        self.held = held
+        self.count = count
+        self.finished = finished
+        self.started = started  # the first chunk (role / echo) went out
+        self.text_offset = text_offset  # completion logprobs: characters before the next token
+
+    # --- construction ----------------------------------------------------------------------------
+    @classmethod
+    def new(cls, spec: StreamSpec, index: int) -> ChoiceStream:
+        ctx = spec.parser_ctx
+        return cls(
+            spec, index,
+            detok=new_detokenizer(spec.table, skip_special_tokens=spec.skip_special_tokens,
+                                  prompt_ids=spec.prompt_tail),
+            stops=StopStrings(spec.stop, include_in_output=spec.include_stop_str_in_output) if spec.stop else None,
+            reasoning=spec.reasoning_parser(ctx) if spec.reasoning_parser else None,
+            tool=spec.tool_parser(ctx) if spec.tool_parser else None,
+            salt=secrets.token_hex(6),
+        )
+
+    def snapshot(self) -> dict[str, Any]:
+        """The continuation state (JSON-ready; small keys, defaults omitted)."""
+        snap: dict[str, Any] = {"d": self.detok.snapshot(), "n": self.count, "x": self.salt}
+        if self.held is not None:
+            snap["h"] = self.held
+        if self.stops is not None and self.stops.tail:
+            snap["t"] = self.stops.tail
+        if self.reasoning is not None:
+            snap["rp"] = self.reasoning.snapshot()
+        if self.tool is not None:
+            snap["tp"] = self.tool.snapshot()
+        if self.started:
+            snap["s"] = 1
+        if self.finished:
+            snap["f"] = 1
+        if self.text_offset:
+            snap["o"] = self.text_offset
+        return snap
+
+    @classmethod
+    def restore(cls, spec: StreamSpec, index: int, snap: dict[str, Any]) -> ChoiceStream:
+        """Rebuild from :meth:`snapshot`. Raises :class:`DerenderError` when the snapshot does not
+        fit this request (e.g. it was made with other parsers)."""
+        try:
+            detok = restore_detokenizer(spec.table, skip_special_tokens=spec.skip_special_tokens, snapshot=snap["d"])
+            ctx = spec.parser_ctx
+            if ("rp" in snap) != (spec.reasoning_parser is not None) or ("tp" in snap) != (spec.tool_parser is not None):
+                raise ValueError("parser set changed")
+            held = snap.get("h")
+            if held is not None and not (isinstance(held, int) and 0 <= held < spec.table.vocab_size):
+                raise ValueError("bad held id")
+            tail = snap.get("t", "")
+            stops = None
+            if spec.stop:
+                stops = StopStrings(spec.stop, include_in_output=spec.include_stop_str_in_output, tail=str(tail))
+                if len(stops.tail) > stops.hold:
+                    raise ValueError("stop tail too long")
+            elif tail:
+                raise ValueError("stop strings changed")
+            return cls(
+                spec, index, detok=detok, stops=stops,
+                reasoning=spec.reasoning_parser.restore(ctx, snap["rp"]) if spec.reasoning_parser else None,
+                tool=spec.tool_parser.restore(ctx, snap["tp"]) if spec.tool_parser else None,
+                salt=str(snap["x"]), held=held, count=int(snap["n"]), finished=bool(snap.get("f")),
+                started=bool(snap.get("s")), text_offset=int(snap.get("o", 0)),
+            )
+        except DerenderError:
+            raise
+        except Exception:  # a parser's restore may raise anything on a state it did not write
+            raise DerenderError(
+                "stream_state does not fit this request (different tokenizer, parsers or stop "
+                "strings than the call that produced it); send the same request on every call.",
+                param="stream_state") from None
+
+    # --- the step --------------------------------------------------------------------------------
+    @property
+    def calls_made(self) -> int:
+        if self.tool is None:
+            return 0
+        made = self.tool.calls_made
+        return min(made, 1) if not self.spec.parallel_tool_calls else made
+
+    def push(self, ids: Sequence[int], finish_reason: str | None = None,
+             stop_reason: int | str | None = None, *, final: bool = False) -> Piece:
+        """Derender the next ids. ``finish_reason`` (or ``final``) ends the stream: everything
+        held is flushed and further pushes are refused."""
+        if self.finished:
+            raise DerenderError(f"choice {self.index} already finished; a finished stream takes no more tokens.")
+        spec = self.spec
+        finishing = finish_reason is not None or final
+        n_in = len(ids)
+        offset = 0
+        work: Sequence[int] = ids
+        if self.held is not None:
+            work = [self.held, *ids]
+            offset = 1
+            self.held = None
+        if work:
+            if finishing and finish_reason == "stop" and not isinstance(stop_reason, str):
+                work = work[:-1]  # the eos / stop token is not part of the text
+            elif not finishing and work[-1] in spec.hold_ids:
+                self.held = work[-1]
+                work = work[:-1]
+
+        stops = self.stops
+        matched = False
+        if stops is None:
+            text = self.detok.push(work) if work else ""
+            counted = n_in
+        else:
+            parts: list[str] = []
+            counted = n_in
+            detok = self.detok
+            for k, tid in enumerate(work):
+                t = detok.push((tid,))
+                if t:
+                    out = stops.feed(t)
+                    if out:
+                        parts.append(out)
+                    if stops.matched is not None:
+                        matched = True
+                        counted = max(0, k + 1 - offset)
+                        self.held = None
+                        break
+            text = "".join(parts)
+        self.count += counted
+
+        done = finishing or matched
+        if done:
+            if not matched:
+                tail = self.detok.flush()
+                if stops is not None:
+                    if tail:
+                        text += stops.feed(tail)
+                        matched = stops.matched is not None
+                    if not matched:
+                        text += stops.flush()
+                else:
+                    text += tail
+            self.finished = True
+            self.held = None
+
+        piece = self._parse(text, done)
+        piece.counted = counted
+        if done:
+            if matched and stops is not None:
+                piece.finish_reason, piece.stop_reason, piece.stop_engine = "stop", stops.matched, True
+            else:
+                piece.finish_reason, piece.stop_reason = finish_reason, stop_reason
+            if piece.finish_reason == "stop" and spec.tool_calls_finish and self.calls_made:
+                piece.finish_reason = "tool_calls"
+        return piece
+
+    def _parse(self, text: str, done: bool) -> Piece:
+        reasoning_parser, tool_parser = self.reasoning, self.tool
+        if reasoning_parser is None and tool_parser is None:
+            return Piece(content=text)
+        reasoning = ""
+        content = text
+        if reasoning_parser is not None:
+            d = reasoning_parser.feed(text) if text else None
+            if done:
+                f = reasoning_parser.finish()
+                if d is None:
+                    d = f
+                else:
+                    d.extend(f)
+            if d is None:
+                return Piece()
+            reasoning, content = d.reasoning, d.content
+            if not self.spec.include_reasoning:
+                reasoning = ""
+        if tool_parser is None:
+            return Piece(content=content, reasoning=reasoning)
+        t: ParsedDelta | None = tool_parser.feed(content) if content else None
+        if done:
+            f = tool_parser.finish()
+            if t is None:
+                t = f
+            else:
+                t.extend(f)
+        if t is None:
+            return Piece(reasoning=reasoning)
+        calls = t.tool_calls
+        if calls and not self.spec.parallel_tool_calls:
+            calls = [c for c in calls if c.index == 0]
+        return Piece(content=t.content, reasoning=reasoning, tool_calls=calls)

@@ -1,0 +1,157 @@
+"""From a request (and the server's parser configuration) to the :class:`StreamSpec` every choice
+of that request shares: which parsers run, how to decode, stop strings, what the prompt says about
+reasoning. Rebuilt from the request on every call, so states never need to carry it.
+
+Tool parsing follows vLLM's chat server: no tools or ``tool_choice: "none"`` → none; a named
+function → :class:`~session.derender.tool_choice.NamedToolParser`; ``"required"`` →
+:class:`~session.derender.tool_choice.RequiredToolParser`; ``"auto"`` → the configured
+``--tool-call-parser`` when ``--enable-auto-tool-choice`` is on. The configured reasoning parser
+always runs.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from session import parsers as registry
+from session.derender.choice import StreamSpec
+from session.derender.tool_choice import NamedToolParser, RequiredToolParser, named_function
+from session.detokenizer import SEED_WINDOW, TokenTable
+from session.errors import DerenderError
+from session.parsers.base import ParserContext, ReasoningParser, ToolParser
+from session.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+__all__ = ["PARSER_REQUIRES_CHAT_REQUEST", "ParserConfig", "chat_spec", "completion_spec", "resolve_parsers"]
+
+PARSER_REQUIRES_CHAT_REQUEST = (
+    "chat_request is required when a tool or reasoning parser is configured because plain "
+    "detokenization would leak raw parser markup into content."
+)
+_REASONING_TAIL = 16
+_THINK_OPEN, _THINK_CLOSE = "<think>", "</think>"
+
+
+@dataclass(frozen=True, slots=True)
+class ParserConfig:
+    """The server's parser configuration (``--tool-call-parser``, ``--reasoning-parser``,
+    ``--enable-auto-tool-choice``)."""
+
+    tool_parser: type[ToolParser] | None = None
+    reasoning_parser: type[ReasoningParser] | None = None
+    enable_auto_tool_choice: bool = False
+
+    @property
+    def any(self) -> bool:
+        return self.tool_parser is not None or self.reasoning_parser is not None
+
+    @property
+    def names(self) -> tuple[str | None, str | None]:
+        return (getattr(self.tool_parser, "name", None), getattr(self.reasoning_parser, "name", None))
+
+
+def _registry(attr: str) -> dict[str, Any]:
+    table = getattr(registry, attr, None)
+    return table if isinstance(table, dict) else {}
+
+
+def resolve_parsers(tool_parser: str | type[ToolParser] | None, reasoning_parser: str | type[ReasoningParser] | None,
+                    *, enable_auto_tool_choice: bool = False) -> ParserConfig:
+    """Parser classes for configured names. Raises ``ValueError`` naming the known parsers."""
+    tool_cls = _lookup("tool-call", "TOOL_PARSERS", tool_parser)
+    reasoning_cls = _lookup("reasoning", "REASONING_PARSERS", reasoning_parser)
+    return ParserConfig(tool_cls, reasoning_cls, enable_auto_tool_choice)
+
+
+def _lookup(kind: str, attr: str, value: str | type | None) -> type | None:
+    if value is None or isinstance(value, type):
+        return value
+    known = _registry(attr)
+    cls = known.get(value)
+    if cls is None:
+        names = ", ".join(sorted(known)) or "none available"
+        raise ValueError(f"unknown {kind} parser {value!r} (known: {names})")
+    return cls  # type: ignore[no-any-return]
+
+
+def _hold_ids(table: TokenTable, stop_token_ids: Sequence[int] | None) -> frozenset[int]:
+    return table.special_ids | table.eos_ids | frozenset(stop_token_ids or ())
+
+
+def _stops(stop: str | list[str] | None) -> tuple[str, ...]:
+    if stop is None:
+        return ()
+    return (stop,) if isinstance(stop, str) else tuple(s for s in stop if s)
+
+
+def prompt_reasoning_flags(table: TokenTable, prompt_ids: Sequence[int]) -> tuple[bool, bool]:
+    """(opens, ends): whether the generation prompt opened ``<think>`` (e.g. DeepSeek-R1's
+    template) or already closed it (e.g. Qwen3 with ``enable_thinking: false``). Looks only at the
+    text after the last special token of the prompt's tail (the generation prompt)."""
+    tail = list(prompt_ids[-_REASONING_TAIL:])
+    last_special = max((k for k, i in enumerate(tail) if i in table.special_ids), default=-1)
+    text = table.decode(tail[last_special + 1:], False) if tail else ""
+    opened, closed = text.rfind(_THINK_OPEN), text.rfind(_THINK_CLOSE)
+    return opened > closed, closed > opened
+
+
+def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRequest | None,
+              prompt_ids: Sequence[int] = ()) -> StreamSpec:
+    if request is None:
+        if config.any:
+            raise DerenderError(PARSER_REQUIRES_CHAT_REQUEST)
+        return StreamSpec(table=table, hold_ids=_hold_ids(table, None), prompt_tail=tuple(prompt_ids[-SEED_WINDOW:]))
+    tool_choice = request.tool_choice
+    choice_value: str | dict[str, Any] | None
+    choice_value = tool_choice if tool_choice is None or isinstance(tool_choice, str) else tool_choice.model_dump(mode="json")
+    tool_cls: type[ToolParser] | None = None
+    tool_calls_finish = True
+    if request.tools and choice_value != "none":
+        if named_function(choice_value) is not None:
+            tool_cls, tool_calls_finish = NamedToolParser, False  # OpenAI: a forced function ends with "stop"
+        elif choice_value == "required":
+            tool_cls = RequiredToolParser
+        elif config.enable_auto_tool_choice:
+            tool_cls = config.tool_parser
+    reasoning_cls = config.reasoning_parser
+    opens = ends = False
+    if reasoning_cls is not None and prompt_ids:
+        opens, ends = prompt_reasoning_flags(table, prompt_ids)
+    ctx = ParserContext(
+        tools=tuple(t.model_dump(mode="json", exclude_none=True) for t in request.tools or ()),
+        tool_choice=choice_value,
+        parallel_tool_calls=request.parallel_tool_calls is not False,
+        chat_template_kwargs=dict(request.chat_template_kwargs or {}),
+        prompt_ends_reasoning=ends,
+        prompt_opens_reasoning=opens,
+    )
+    needs_special = any(getattr(p, "needs_special_tokens", False) for p in (tool_cls, reasoning_cls) if p)
+    return StreamSpec(
+        table=table,
+        skip_special_tokens=request.skip_special_tokens and not needs_special,
+        stop=_stops(request.stop),
+        include_stop_str_in_output=request.include_stop_str_in_output,
+        hold_ids=_hold_ids(table, request.stop_token_ids),
+        reasoning_parser=reasoning_cls,
+        tool_parser=tool_cls,
+        parser_ctx=ctx,
+        include_reasoning=request.include_reasoning,
+        parallel_tool_calls=ctx.parallel_tool_calls,
+        tool_calls_finish=tool_calls_finish,
+        prompt_tail=tuple(prompt_ids[-SEED_WINDOW:]),
+    )
+
+
+def completion_spec(table: TokenTable, request: CompletionRequest | None,
+                    prompt_ids: Sequence[int] = ()) -> StreamSpec:
+    if request is None:
+        return StreamSpec(table=table, hold_ids=_hold_ids(table, None), prompt_tail=tuple(prompt_ids[-SEED_WINDOW:]))
+    return StreamSpec(
+        table=table,
+        skip_special_tokens=request.skip_special_tokens,
+        stop=_stops(request.stop),
+        include_stop_str_in_output=request.include_stop_str_in_output,
+        hold_ids=_hold_ids(table, request.stop_token_ids),
+        prompt_tail=tuple(prompt_ids[-SEED_WINDOW:]),
+    )

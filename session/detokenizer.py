@@ -1,0 +1,294 @@
+"""Incremental detokenization with a small, serializable continuation state.
+
+Token ids arrive in chunks; :class:`Detokenizer` turns each chunk into the text it completes,
+emitting nothing for a token that ends inside a multi-byte character until the character is
+complete (so U+FFFD never appears where the full decode has a real character). The whole
+continuation state is a few bytes or a few ids (:meth:`Detokenizer.snapshot`), so a stream can
+continue on another process with identical output (:func:`restore_detokenizer`).
+
+Two equivalent algorithms, chosen per tokenizer (:func:`token_table`):
+
+- **byte-level** tokenizers (GPT-2 style ``ByteLevel`` decoder: Qwen, Llama 3, DeepSeek, Mistral
+  Tekken, SmolLM…): every token is a fixed byte string, so decoding is context free. Each id maps
+  to its bytes (cached), and an incremental UTF-8 decoder joins them. State: the 0–3 bytes of an
+  unfinished character. O(1) per token, faster than ``tokenizers.decoders.DecodeStream``.
+- **other** tokenizers (SentencePiece ``Metaspace`` / byte-fallback…), whose decoders depend on
+  context (the first token loses its leading space): the ``DecodeStream`` algorithm, written out
+  here so its state is visible: a window of recent ids, seeded with the last prompt ids so the
+  first output token keeps its leading space, and the index where the already-emitted prefix
+  ends. Each step decodes only the window. State: the window ids and that index.
+
+Both produce, for any split of the ids into chunks, the same concatenated text as one decode of
+everything (``tokenizer.decode(ids)``), except that a trailing unfinished character is only
+emitted (as U+FFFD) by :meth:`Detokenizer.flush` at the end of the stream.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+__all__ = [
+    "SEED_WINDOW",
+    "ByteLevelDetokenizer",
+    "Detokenizer",
+    "TokenTable",
+    "WindowDetokenizer",
+    "new_detokenizer",
+    "restore_detokenizer",
+    "token_table",
+]
+
+# How many prompt ids seed the window of the context-dependent algorithm (vLLM uses 5–7).
+SEED_WINDOW = 6
+# A window whose pending ids never complete a character (a model emitting garbage bytes, or a run
+# of skipped special tokens) is flushed past this many ids, keeping the state bounded.
+MAX_PENDING = 32
+_KEEP_AFTER_FORCED_FLUSH = 4
+_REPLACEMENT = "\ufffd"
+
+
+def _bytes_to_unicode() -> dict[int, str]:
+    """GPT-2's byte ↔ printable-character map used by ``ByteLevel`` pre-tokenizers/decoders."""
+    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(
+        range(ord("®"), ord("ÿ") + 1))
+    cs = bs[:]
+    n = 0
+    for b in range(256):
+        if b not in bs:
+            bs.append(b)
+            cs.append(256 + n)
+            n += 1
+    return {b: chr(c) for b, c in zip(bs, cs, strict=True)}
+
+
+_BYTE_OF_CHAR = {c: b for b, c in _bytes_to_unicode().items()}
+# str.translate table: byte-level character → the latin-1 character of its byte.
+_TO_LATIN1 = {ord(c): b for c, b in _BYTE_OF_CHAR.items()}
+
+
+class _RustTokenizer(Protocol):  # the parts of ``tokenizers.Tokenizer`` used here
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool = ...) -> str: ...
+    def id_to_token(self, id: int) -> str | None: ...
+    def get_vocab_size(self, with_added_tokens: bool = ...) -> int: ...
+    def get_added_tokens_decoder(self) -> dict[int, Any]: ...
+    def to_str(self) -> str: ...
+
+
+class TokenTable:
+    """Per-tokenizer decoding facts, built once and shared by every stream of that tokenizer.
+
+    ``vocab_size`` bounds valid ids; ``special_ids`` are the ids ``skip_special_tokens`` drops;
+    ``byte_level`` says whether the context-free algorithm applies. ``token_bytes(id)`` is a
+    token's exact bytes (byte-level tokenizers), also used for logprob ``bytes``.
+    """
+
+    __slots__ = ("_bytes", "_rust", "byte_level", "eos_ids", "special_ids", "vocab_size")
+
+    def __init__(self, rust: _RustTokenizer, *, eos_ids: Iterable[int] = (), byte_level: bool | None = None) -> None:
+        self._rust = rust
+        added = rust.get_added_tokens_decoder()
+        self.vocab_size = max(rust.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
+        self.special_ids = frozenset(i for i, tok in added.items() if getattr(tok, "special", False))
+        self.eos_ids = frozenset(eos_ids)
+        if byte_level is None:
+            byte_level = _decoder_is_byte_level(rust)
+        self.byte_level = byte_level
+        self._bytes: list[bytes | None] = [None] * self.vocab_size
+        for i, tok in added.items():
+            self._bytes[i] = str(tok.content).encode()
+
+    def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
+        return self._rust.decode(ids, skip_special_tokens=skip_special_tokens)
+
+    def token_bytes(self, token_id: int) -> bytes:
+        """The bytes this token contributes to the text (special tokens: their content)."""
+        b = self._bytes[token_id]
+        if b is None:
+            b = self._compute_bytes(token_id)
+            self._bytes[token_id] = b
+        return b
+
+    def _compute_bytes(self, token_id: int) -> bytes:
+        piece = self._rust.id_to_token(token_id) or ""
+        if self.byte_level:
+            if all(c in _BYTE_OF_CHAR for c in piece):
+                return piece.translate(_TO_LATIN1).encode("latin-1")
+            return piece.encode()
+        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            try:
+                return bytes([int(piece[3:5], 16)])
+            except ValueError:
+                pass
+        return piece.replace("\u2581", " ").encode()
+
+
+def _decoder_is_byte_level(rust: _RustTokenizer) -> bool:
+    try:
+        decoder = json.loads(rust.to_str()).get("decoder") or {}
+    except (ValueError, AttributeError):
+        return False
+    return decoder.get("type") == "ByteLevel"
+
+
+# id(tokenizer) → (tokenizer, table); the tokenizer is kept so its id is never reused
+_TABLES: dict[int, tuple[Any, TokenTable]] = {}
+
+
+def token_table(tokenizer: Any) -> TokenTable:
+    """The cached :class:`TokenTable` of a ``transformers`` tokenizer (or a ``tokenizers.Tokenizer``)."""
+    hit = _TABLES.get(id(tokenizer))
+    if hit is not None and hit[0] is tokenizer:
+        return hit[1]
+    rust = getattr(tokenizer, "_tokenizer", None) or getattr(tokenizer, "backend_tokenizer", None) or tokenizer
+    eos: set[int] = set()
+    eos_id = getattr(tokenizer, "eos_token_id", None)
+    if isinstance(eos_id, int):
+        eos.add(eos_id)
+    elif isinstance(eos_id, list):
+        eos.update(i for i in eos_id if isinstance(i, int))
+    table = TokenTable(rust, eos_ids=eos)
+    _TABLES[id(tokenizer)] = (tokenizer, table)
+    return table
+
+
+class Detokenizer(Protocol):
+    """An incremental detokenizer of one stream."""
+
+    def push(self, ids: Sequence[int]) -> str:
+        """The text the ids complete (possibly "")."""
+        ...
+
+    def flush(self) -> str:
+        """At the end of the stream: what is still held (an unfinished character, as U+FFFD)."""
+        ...
+
+    def snapshot(self) -> list[Any]:
+        """The continuation state, JSON-ready and small."""
+        ...
+
+
+class ByteLevelDetokenizer:
+    """Context-free detokenization for byte-level tokenizers. State: the unfinished bytes."""
+
+    __slots__ = ("_decoder", "_skip", "_table")
+    KIND = "b"
+
+    def __init__(self, table: TokenTable, skip_special_tokens: bool, pending: bytes = b"") -> None:
+        self._table = table
+        self._skip = table.special_ids if skip_special_tokens else frozenset()
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        if pending:
+            self._decoder.setstate((pending, 0))
+
+    def push(self, ids: Sequence[int]) -> str:
+        table = self._table
+        skip = self._skip
+        if len(ids) == 1:
+            i = ids[0]
+            if i in skip:
+                return ""
+            b = table._bytes[i]
+            if b is None:
+                b = table.token_bytes(i)
+            return self._decoder.decode(b)
+        data = b"".join(table.token_bytes(i) for i in ids if i not in skip)
+        return self._decoder.decode(data)
+
+    def flush(self) -> str:
+        return self._decoder.decode(b"", True)
+
+    def snapshot(self) -> list[Any]:
+        pending = self._decoder.getstate()[0]
+        return [self.KIND, pending.hex()] if pending else [self.KIND]
+
+
+class WindowDetokenizer:
+    """The ``DecodeStream`` algorithm with visible state, for context-dependent decoders.
+
+    ``ids`` is the window; ``ids[:prefix_index]`` decodes to ``prefix``, text already emitted (or
+    the prompt's, for the seed); ids after it are pending. A step decodes the window and emits what
+    extends the prefix once the text does not end in an unfinished character.
+    """
+
+    __slots__ = ("_ids", "_prefix", "_prefix_index", "_skip", "_table")
+    KIND = "w"
+
+    def __init__(self, table: TokenTable, skip_special_tokens: bool, ids: Sequence[int] = (),
+                 prefix_index: int | None = None) -> None:
+        self._table = table
+        self._skip = skip_special_tokens
+        self._ids = list(ids)
+        self._prefix_index = len(self._ids) if prefix_index is None else prefix_index
+        self._prefix = table.decode(self._ids[: self._prefix_index], skip_special_tokens) if self._ids else ""
+
+    def push(self, ids: Sequence[int]) -> str:
+        out = [self._step(i) for i in ids]
+        return "".join(out)
+
+    def _step(self, token_id: int) -> str:
+        self._ids.append(token_id)
+        text = self._table.decode(self._ids, self._skip)
+        prefix = self._prefix
+        if len(text) > len(prefix) and not text.endswith(_REPLACEMENT):
+            # (a decoder that rewrites the prefix makes DecodeStream fail; continue after it)
+            new = text[len(prefix):]
+            self._ids = self._ids[self._prefix_index:]
+            self._prefix = self._table.decode(self._ids, self._skip)
+            self._prefix_index = len(self._ids)
+            return new
+        if len(self._ids) - self._prefix_index > MAX_PENDING:
+            return self._force_flush(text)
+        return ""
+
+    def _force_flush(self, text: str) -> str:
+        new = text[len(self._prefix):] if text.startswith(self._prefix) else ""
+        self._ids = self._ids[-_KEEP_AFTER_FORCED_FLUSH:]
+        self._prefix = self._table.decode(self._ids, self._skip)
+        self._prefix_index = len(self._ids)
+        return new
+
+    def flush(self) -> str:
+        if self._prefix_index >= len(self._ids):
+            return ""
+        text = self._table.decode(self._ids, self._skip)
+        new = text[len(self._prefix):] if text.startswith(self._prefix) else ""
+        self._ids = self._ids[self._prefix_index:]
+        self._prefix = self._table.decode(self._ids, self._skip)
+        self._prefix_index = len(self._ids)
+        return new
+
+    def snapshot(self) -> list[Any]:
+        return [self.KIND, list(self._ids), self._prefix_index]
+
+
+def new_detokenizer(table: TokenTable, *, skip_special_tokens: bool,
+                    prompt_ids: Sequence[int] = ()) -> ByteLevelDetokenizer | WindowDetokenizer:
+    """A fresh detokenizer; ``prompt_ids`` (the prompt's last ids) seed the context window."""
+    if table.byte_level:
+        return ByteLevelDetokenizer(table, skip_special_tokens)
+    return WindowDetokenizer(table, skip_special_tokens, list(prompt_ids[-SEED_WINDOW:]))
+
+
+def restore_detokenizer(table: TokenTable, *, skip_special_tokens: bool,
+                        snapshot: Sequence[Any]) -> ByteLevelDetokenizer | WindowDetokenizer:
+    """Rebuild a detokenizer from :meth:`Detokenizer.snapshot`. Raises ``ValueError`` when the
+    snapshot does not fit this tokenizer."""
+    if not snapshot:
+        raise ValueError("empty detokenizer state")
+    kind = snapshot[0]
+    if kind == ByteLevelDetokenizer.KIND and table.byte_level:
+        pending = bytes.fromhex(snapshot[1]) if len(snapshot) > 1 else b""
+        if len(pending) > 3:
+            raise ValueError("detokenizer state holds too many pending bytes")
+        return ByteLevelDetokenizer(table, skip_special_tokens, pending)
+    if kind == WindowDetokenizer.KIND and not table.byte_level:
+        ids, prefix_index = snapshot[1], snapshot[2]
+        if (not isinstance(ids, list) or len(ids) > 2 * MAX_PENDING + SEED_WINDOW + 2
+                or not all(isinstance(i, int) and 0 <= i < table.vocab_size for i in ids)
+                or not isinstance(prefix_index, int) or not 0 <= prefix_index <= len(ids)):
+            raise ValueError("detokenizer window is invalid")
+        return WindowDetokenizer(table, skip_special_tokens, ids, prefix_index)
+    raise ValueError("detokenizer state does not match this tokenizer")
