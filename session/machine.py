@@ -203,7 +203,7 @@ class Session:
     # -- input: the socket -------------------------------------------------------------------
     def receive_text(self, data: bytes | str, *, now: float) -> None:
         """One text message as received (size-checked, then decoded and handled)."""
-        if len(data) > self.config.max_frame_bytes:
+        if _utf8_size(data) > self.config.max_frame_bytes:
             self._event(E.VIOLATION, Close(f.CLOSE_TOO_BIG, "frame exceeds max_frame_bytes"))
             return
         try:
@@ -427,7 +427,8 @@ class Session:
         if self._tagger is None or not isinstance(state, str):
             return None
         try:
-            return self._ledger.consume(self._tagger(state))
+            tag = self._tagger(state)
+            return self._ledger.consume(tag) if tag is not None else None
         except StateError as exc:
             raise _state_error(frame, exc.message, exc.reason) from None
         except OutOfOrder as exc:
@@ -470,3 +471,9 @@ def _cancelled_frame(req: _Request) -> sf.ServerFrame:
     # render and derender have no done-with-status frame: a cancelled one ends with an error frame
     error = sf.ErrorInfo("cancelled", f"The {req.type} request was cancelled.", status=499)
     return sf.ErrorFrame(event_id=req.event_id, id=req.id, error=error.as_dict())
+
+
+def _utf8_size(data: bytes | str) -> int:
+    if isinstance(data, bytes) or data.isascii():
+        return len(data)
+    return len(data.encode("utf-8", "surrogatepass"))

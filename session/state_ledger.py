@@ -22,8 +22,9 @@ class StateTag:
     seq: int
 
 
-# Verifies and reads a state; raises session.errors.StateError for one the server refuses.
-StateTagger = Callable[[str], StateTag]
+# Reads a state's tag: None when it cannot (the derender step then refuses the state with the codec's
+# own reason); may raise session.errors.StateError for a state it refuses itself.
+StateTagger = Callable[[str], StateTag | None]
 
 
 @dataclass(frozen=True, slots=True)

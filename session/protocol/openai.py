@@ -208,6 +208,14 @@ class _SamplingFields(_Open):
             raise _fail("Stream options can only be defined when `stream=True`.")
         return value
 
+    @field_validator("logit_bias")
+    @classmethod
+    def _logit_bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
+        for key in value or {}:
+            if not key.lstrip("-").isdigit():
+                raise _fail(f"keys must be token ids (integers as strings), got {key!r}")
+        return value
+
     @field_validator("prompt_logprobs")
     @classmethod
     def _prompt_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
@@ -266,11 +274,7 @@ def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
         return None
     out: dict[int, float] = {}
     for key, value in bias.items():
-        try:
-            token_id = int(key)
-        except ValueError:
-            raise ValueError(f"logit_bias keys must be token ids (integers as strings), got {key!r}") from None
-        out[token_id] = min(100.0, max(-100.0, value))
+        out[int(key)] = min(100.0, max(-100.0, value))  # keys checked by the request model
     return out
 
 

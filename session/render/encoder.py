@@ -38,11 +38,9 @@ class Encoder:
         self._tokenizer = tokenizer
         self._rust: Any = None
         backend = getattr(tokenizer, "_tokenizer", None)
-        try:
-            from tokenizers import Tokenizer
-        except ImportError:  # pragma: no cover - tokenizers is a dependency
-            Tokenizer = None
-        if Tokenizer is not None and isinstance(backend, Tokenizer):
+        from tokenizers import Tokenizer
+
+        if isinstance(backend, Tokenizer):
             with _COPIES_LOCK:
                 rust = _COPIES.get(tokenizer)
                 if rust is None:

@@ -98,7 +98,7 @@ class ChatTemplate:
             else:
                 text = self._template.render(messages=chat, tools=tools, documents=documents,
                                              add_generation_prompt=add_generation_prompt, **variables)
-                spans = ()
+                spans = []
         except jinja2.TemplateError as exc:
             # raise_exception() in a template is addressed to the user ("only single tool-calls…")
             raise RenderError(f"The chat template rejected the conversation: {exc.message or type(exc).__name__}",

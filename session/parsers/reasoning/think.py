@@ -1,0 +1,115 @@
+"""Shared ``<think>`` … ``</think>`` reasoning splitter.
+
+Output starts as reasoning (the start tag may be missing: templates often put ``<think>`` in the
+prompt) unless the prompt already ended the reasoning section; the first ``<think>`` seen while
+reasoning is dropped; the first ``</think>`` ends reasoning and is dropped; everything after it is
+content, verbatim. A tag split across deltas is held back until it is complete or cannot be.
+
+State between feeds: the mode, the held-back text (a partial tag, or for qwen3 a ``<tool_call>``
+waiting to see what follows), whether ``<think>`` was dropped already, whether the implicit-end
+check was made. Never the reasoning text itself.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Self
+
+from ..base import ParsedDelta, ParserContext, ReasoningParser
+from ..errors import MalformedSnapshot
+from ..markers import find_first, held_suffix_len
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+
+
+class ThinkReasoningParser(ReasoningParser):
+    start_tag: ClassVar[str] = THINK_START
+    end_tag: ClassVar[str] = THINK_END
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._mode = "content" if self._starts_as_content(ctx) else "reasoning"
+        self._buf = ""
+        self._start_seen = False
+
+    def _starts_as_content(self, ctx: ParserContext) -> bool:
+        return ctx.prompt_ends_reasoning
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._mode == "content"
+
+    # -- the contract ------------------------------------------------------------------------
+    def feed(self, text: str) -> ParsedDelta:
+        return self._process(text, final=False)
+
+    def finish(self) -> ParsedDelta:
+        return self._process("", final=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        state = {"p": self.name, "m": self._mode, "b": self._buf, "s": self._start_seen}
+        state.update(self._save())
+        return state
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        try:
+            mode = snapshot["m"]
+            if mode not in ("reasoning", "content"):
+                raise ValueError(mode)
+            parser._mode, parser._buf, parser._start_seen = mode, str(snapshot["b"]), bool(snapshot["s"])
+            parser._load(snapshot)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
+        return parser
+
+    # -- splitting ---------------------------------------------------------------------------
+    def _markers(self) -> tuple[str, ...]:
+        return (self.end_tag,) if self._start_seen else (self.end_tag, self.start_tag)
+
+    def _process(self, text: str, final: bool) -> ParsedDelta:
+        buf, self._buf = self._buf + text, ""
+        if self._mode == "content":
+            return ParsedDelta(content=buf)
+        reasoning: list[str] = []
+        i, n = 0, len(buf)
+        while True:
+            markers = self._markers()
+            pos, marker = find_first(buf, markers, i)
+            if pos == -1:
+                end = n if final else n - held_suffix_len(buf[max(i, n - max(map(len, markers))):], markers)
+                reasoning.append(buf[i:end])
+                self._buf = buf[end:]
+                return ParsedDelta(reasoning="".join(reasoning))
+            reasoning.append(buf[i:pos])
+            if marker == self.end_tag:
+                self._mode = "content"
+                return ParsedDelta(reasoning="".join(reasoning), content=buf[pos + len(marker) :])
+            if marker == self.start_tag:
+                self._start_seen = True
+                i = pos + len(marker)
+                continue
+            decided = self._other_marker(buf, pos, marker, final)
+            if decided is None:  # wait for more text
+                self._buf = buf[pos:]
+                return ParsedDelta(reasoning="".join(reasoning))
+            if decided:  # reasoning ended implicitly; the marker belongs to the content
+                self._mode = "content"
+                return ParsedDelta(reasoning="".join(reasoning), content=buf[pos:])
+            reasoning.append(marker)
+            i = pos + len(marker)
+
+    # -- for subclasses ----------------------------------------------------------------------
+    def _other_marker(self, buf: str, pos: int, marker: str, final: bool) -> bool | None:
+        """A subclass marker at ``buf[pos]``: True ends reasoning there, False is plain reasoning
+        text, None needs more text."""
+        return False
+
+    def _save(self) -> dict[str, Any]:
+        return {}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        return None

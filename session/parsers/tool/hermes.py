@@ -1,0 +1,127 @@
+"""``hermes``: Hermes 2 Pro / Qwen2.5 / Qwen3 tool calls, ``<tool_call>{json}</tool_call>``.
+
+The split follows vLLM's ``Hermes2ProToolParser``:
+
+- content is the text before the first ``<tool_call>``; text between and after calls is dropped;
+- each block holds ``{"name": str, "arguments": value}``; the arguments are returned as
+  ``json.dumps(value, ensure_ascii=False)`` (streamed in that canonical form as they arrive);
+- an unclosed last block counts when its JSON is complete (vLLM's ``<tool_call>(.*)`` branch);
+- a first block that is not such an object (broken JSON, a missing ``name`` or ``arguments``, an
+  empty block) makes the whole output content, exactly as vLLM returns the raw output.
+
+Where this differs from vLLM (a stream cannot take back what it sent; see docs/parsers.md):
+a block that breaks *after* a call was announced keeps that call (with the arguments read so far)
+and the broken rest is dropped up to ``</tool_call>``, as vLLM's streaming drops it; a
+``</tool_call>`` inside a JSON string is part of the string (vLLM cuts the block there).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..markers import held_suffix_len
+from .json_calls import CallObjectParser
+from .json_stream import JSON_WS
+from .streaming import StreamingToolParser
+
+START = "<tool_call>"
+END = "</tool_call>"
+
+
+class HermesToolParser(StreamingToolParser):
+    """Modes: ``text`` (before the first call), ``call`` (reading a block's JSON), ``tail`` (JSON
+    done, expecting ``</tool_call>``), ``skip`` (dropping the rest of a broken block), ``between``
+    (after a call: dropping text until the next block), ``raw`` (fallen back: all is content)."""
+
+    name = "hermes"
+    needs_special_tokens = False
+
+    def __init__(self, ctx: Any) -> None:
+        super().__init__(ctx)
+        self._raw = ""  # the current block's text while its call is not committed
+        self._obj: CallObjectParser | None = None
+
+    def _save(self) -> dict[str, Any]:
+        return {"r": self._raw, "o": None if self._obj is None else self._obj.to_state()}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self._raw = str(state["r"])
+        self._obj = None
+        if state["o"] is not None:
+            self._obj = self._new_obj()
+            self._obj.load_state(state["o"])
+
+    @staticmethod
+    def _new_obj() -> CallObjectParser:
+        return CallObjectParser(("arguments",))
+
+    def _begin_block(self) -> None:
+        self._mode, self._raw, self._obj = "call", START, self._new_obj()
+
+    def _fall_back(self, rest: str) -> None:
+        """The block is not a call: from its start on, everything is content."""
+        self._content(self._raw + rest)
+        self._mode, self._raw, self._obj = "raw", "", None
+
+    def _process(self, text: str, final: bool) -> None:
+        buf, self._buf = self._buf + text, ""
+        i, n = 0, len(buf)
+        while True:
+            mode = self._mode
+            if mode == "raw":
+                self._content(buf[i:])
+                return
+            if mode in ("text", "between", "skip"):
+                marker = END if mode == "skip" else START
+                pos = buf.find(marker, i)
+                if pos == -1:
+                    keep = 0 if final else held_suffix_len(buf[max(i, n - len(marker)):], (marker,))
+                    if mode == "text":
+                        self._content(buf[i : n - keep])
+                    self._buf = buf[n - keep :]
+                    return
+                if mode == "text":
+                    self._content(buf[i:pos])
+                i = pos + len(marker)
+                if mode == "skip":
+                    self._mode = "between"
+                else:
+                    self._begin_block()
+                continue
+            if mode == "call":
+                obj = self._obj
+                assert obj is not None
+                j = obj.feed(buf, i)
+                if not obj.committed:
+                    self._raw += buf[i:j]
+                if final and j >= n and not (obj.done or obj.failed):
+                    obj.end()
+                obj.drain(self)
+                if obj.committed:
+                    self._raw = ""
+                i = j
+                if obj.failed or (obj.done and not obj.committed):  # broken, or no name / arguments
+                    if not obj.committed and self._calls == 0:
+                        self._fall_back(buf[i:])
+                        return
+                    self._mode, self._obj, self._raw = "skip", None, ""
+                elif obj.done:
+                    self._mode, self._obj = "tail", None
+                elif i >= n:
+                    if final and not obj.committed and self._calls == 0:
+                        self._fall_back("")
+                    return
+                continue
+            # tail: only whitespace may come before </tool_call>
+            while i < n and buf[i] in JSON_WS:
+                i += 1
+            if i >= n:
+                return
+            if buf.startswith(END, i):
+                self._mode = "between"
+                i += len(END)
+            elif END.startswith(buf[i:]) and not final:
+                self._buf = buf[i:]
+                return
+            else:
+                self._mode = "skip"

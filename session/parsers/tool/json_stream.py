@@ -1,0 +1,326 @@
+"""An incremental JSON reader that re-emits the canonical form of what it has read.
+
+``JsonValueStreamer`` reads ONE JSON value from text that arrives in pieces and appends, as soon
+as each part is certain, the text of ``json.dumps(json.loads(value), ensure_ascii=False)`` — the
+form vLLM's non-streaming parsers return for tool-call arguments. Concatenating everything it
+emitted therefore gives exactly the string a one-shot ``json.loads`` + ``json.dumps`` would give,
+for any split of the input.
+
+It accepts exactly what Python's ``json.loads`` accepts (strict strings, ``NaN`` / ``Infinity``
+/ ``-Infinity``, JSON whitespace only) and reports the first character that ``json.loads`` would
+reject, so a caller can tell early that a block is malformed. Its state is small and JSON-ready
+(``to_state`` / ``from_state``): the container stack, the scalar token being read, an unfinished
+escape. It never keeps the text it has consumed.
+
+Known limit: duplicate keys. ``json.loads`` keeps the last value at the first key's position; a
+streamer cannot take back what it already emitted, so duplicates are emitted as they come.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+JSON_WS = " \t\n\r"
+_WS_RUN = re.compile(r"[ \t\n\r]*")
+_STR_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+_NUM_CHARS = frozenset("0123456789+-.eE")
+_NUM_RUN = re.compile(r"[0-9+\-.eE]+")
+_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
+_LITERALS = {"true": "true", "false": "false", "null": "null", "NaN": "NaN", "Infinity": "Infinity",
+             "-Infinity": "-Infinity"}
+_LITERAL_STARTS = frozenset("tfnNI")
+_SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
+_HEX = frozenset("0123456789abcdefABCDEF")
+
+# Nesting deeper than this is refused (json.loads hits Python's recursion limit near 1000).
+MAX_DEPTH = 500
+
+# Frame codes on the container stack.
+#   object: "o" after "{" (key or "}"), "k" after "," (key), ":" after a key, "v" after ":" (value),
+#           "," after a member ("," or "}")
+#   array:  "a" after "[" (value or "]"), "w" after "," (value), ";" after an element ("," or "]")
+_EXPECT_VALUE = frozenset("vaw")
+
+
+def _esc(text: str) -> str:
+    """The body of ``json.dumps(text, ensure_ascii=False)`` (without the quotes)."""
+    return json.dumps(text, ensure_ascii=False)[1:-1]
+
+
+def canonical_number(text: str) -> str | None:
+    """``json.dumps(json.loads(text))`` for a complete number token, or None if it is not one."""
+    if _NUMBER.fullmatch(text) is None:
+        return None
+    try:
+        if "." in text or "e" in text or "E" in text:
+            return json.dumps(float(text))
+        return str(int(text))
+    except ValueError:  # e.g. more digits than int() accepts: json.loads refuses it too
+        return None
+
+
+class JsonValueStreamer:
+    """Reads one JSON value incrementally. See the module docstring.
+
+    ``feed(text, i, out)`` consumes ``text`` from index ``i``, appends canonical output to ``out``
+    and returns the index where it stopped: at the end of ``text``, just after the value once it is
+    complete (``done``), or at the offending character (``failed``). A number at the very end of
+    the value needs one more character (or ``end()``) to be known complete; that character is not
+    consumed.
+    """
+
+    __slots__ = ("_hs", "_pend", "_stack", "_tok", "_tok_key", "done", "failed", "started")
+
+    def __init__(self) -> None:
+        self._stack: list[str] = []
+        self._tok = ""  # "" none, "s" string, "n" number, "l" literal
+        self._tok_key = False  # the string being read is an object key
+        self._pend = ""  # number/literal text so far, or an unfinished escape in a string
+        self._hs = 0  # a decoded high surrogate waiting to see whether a low one follows
+        self.started = False
+        self.done = False
+        self.failed = False
+
+    # -- state ------------------------------------------------------------------------------
+    def to_state(self) -> list[Any]:
+        return ["".join(self._stack), self._tok, self._tok_key, self._pend, self._hs, self.started,
+                self.done, self.failed]
+
+    @classmethod
+    def from_state(cls, state: list[Any]) -> JsonValueStreamer:
+        s = cls()
+        stack, s._tok, s._tok_key, s._pend, s._hs, s.started, s.done, s.failed = state
+        s._stack = list(stack)
+        return s
+
+    @property
+    def depth(self) -> int:
+        return len(self._stack)
+
+    # -- driving ----------------------------------------------------------------------------
+    def end(self, out: list[str]) -> None:
+        """The input ended: a number still being read at the top level is complete now."""
+        if self._tok == "n" and not self._stack and not self.done and not self.failed:
+            self._finish_number(out)
+
+    def feed(self, text: str, i: int, out: list[str]) -> int:
+        n = len(text)
+        while i < n and not self.done and not self.failed:
+            tok = self._tok
+            if tok == "s":
+                i = self._string(text, i, out)
+                continue
+            if tok == "n":
+                i = self._number(text, i, out)
+                continue
+            if tok == "l":
+                i = self._literal(text, i, out)
+                continue
+            c = text[i]
+            if c in JSON_WS:
+                i = _WS_RUN.match(text, i).end()  # type: ignore[union-attr]
+                continue
+            state = self._stack[-1] if self._stack else "v"
+            if state in _EXPECT_VALUE:
+                if state == "a" and c == "]":
+                    self._close(out, "]")
+                    i += 1
+                    continue
+                if not self._start_value(c, out):
+                    self.failed = True
+                    break
+                i += 1
+                continue
+            if state in "ok":
+                if c == '"':
+                    self._tok, self._tok_key = "s", True
+                    out.append('"')
+                    i += 1
+                    continue
+                if state == "o" and c == "}":
+                    self._close(out, "}")
+                    i += 1
+                    continue
+                self.failed = True
+                break
+            if state == ":":
+                if c != ":":
+                    self.failed = True
+                    break
+                self._stack[-1] = "v"
+                out.append(": ")
+                i += 1
+                continue
+            if state == ",":
+                if c == ",":
+                    self._stack[-1] = "k"
+                    out.append(", ")
+                elif c == "}":
+                    self._close(out, "}")
+                else:
+                    self.failed = True
+                    break
+                i += 1
+                continue
+            # state == ";"
+            if c == ",":
+                self._stack[-1] = "w"
+                out.append(", ")
+            elif c == "]":
+                self._close(out, "]")
+            else:
+                self.failed = True
+                break
+            i += 1
+        return i
+
+    # -- values -----------------------------------------------------------------------------
+    def _start_value(self, c: str, out: list[str]) -> bool:
+        self.started = True
+        if c == '"':
+            self._tok, self._tok_key = "s", False
+            out.append('"')
+        elif c == "{" or c == "[":
+            if len(self._stack) >= MAX_DEPTH:
+                return False
+            self._stack.append("o" if c == "{" else "a")
+            out.append(c)
+        elif c == "-" or "0" <= c <= "9":
+            self._tok, self._pend = "n", c
+        elif c in _LITERAL_STARTS:
+            self._tok, self._pend = "l", c
+        else:
+            return False
+        return True
+
+    def _value_done(self) -> None:
+        if not self._stack:
+            self.done = True
+            return
+        top = self._stack[-1]
+        self._stack[-1] = "," if top == "v" else ";"
+
+    def _close(self, out: list[str], c: str) -> None:
+        self._stack.pop()
+        out.append(c)
+        self._value_done()
+
+    def _finish_number(self, out: list[str]) -> None:
+        canon = canonical_number(self._pend)
+        if canon is None:
+            self.failed = True
+            return
+        out.append(canon)
+        self._tok, self._pend = "", ""
+        self._value_done()
+
+    def _number(self, text: str, i: int, out: list[str]) -> int:
+        m = _NUM_RUN.match(text, i)
+        if m is not None:
+            self._pend += m.group()
+            i = m.end()
+            if i >= len(text):
+                return i
+        if self._pend == "-" and text[i] == "I":  # -Infinity
+            self._tok = "l"
+            return i
+        self._finish_number(out)
+        return i
+
+    def _literal(self, text: str, i: int, out: list[str]) -> int:
+        pend = self._pend
+        while i < len(text):
+            if pend in _LITERALS:
+                break
+            pend += text[i]
+            if not any(lit.startswith(pend) for lit in _LITERALS):
+                self._pend = pend[:-1]
+                self.failed = True
+                return i
+            i += 1
+        self._pend = pend
+        if pend in _LITERALS:
+            out.append(_LITERALS[pend])
+            self._tok, self._pend = "", ""
+            self._value_done()
+        return i
+
+    # -- strings ----------------------------------------------------------------------------
+    def _emit_char(self, code: int, dec: list[str]) -> None:
+        """A decoded code point; high surrogates wait to see whether a low one follows."""
+        if 0xD800 <= code <= 0xDBFF:
+            self._hs = code
+        else:
+            dec.append(chr(code))
+
+    def _string(self, text: str, i: int, out: list[str]) -> int:
+        dec: list[str] = []
+        n = len(text)
+        while i < n:
+            pend = self._pend
+            if pend:
+                c = text[i]
+                if pend == "\\":
+                    if c == "u":
+                        self._pend = "\\u"
+                    elif c in _SIMPLE_ESCAPES:
+                        if self._hs:
+                            dec.append(chr(self._hs))
+                            self._hs = 0
+                        dec.append(_SIMPLE_ESCAPES[c])
+                        self._pend = ""
+                    else:
+                        self.failed = True
+                        break
+                    i += 1
+                    continue
+                # pend is "\\u" + up to 3 hex digits
+                if c not in _HEX:
+                    self.failed = True
+                    break
+                pend += c
+                i += 1
+                if len(pend) < 6:
+                    self._pend = pend
+                    continue
+                self._pend = ""
+                code = int(pend[2:], 16)
+                if self._hs:
+                    high, self._hs = self._hs, 0
+                    if 0xDC00 <= code <= 0xDFFF:
+                        dec.append(chr(0x10000 + ((high - 0xD800) << 10) + (code - 0xDC00)))
+                        continue
+                    dec.append(chr(high))
+                self._emit_char(code, dec)
+                continue
+            c = text[i]
+            if c == "\\":
+                self._pend = "\\"
+                i += 1
+                continue
+            if self._hs:  # anything but an escape after a high surrogate: it stays alone
+                dec.append(chr(self._hs))
+                self._hs = 0
+            if c == '"':
+                i += 1
+                if dec:
+                    out.append(_esc("".join(dec)))
+                out.append('"')
+                self._tok = ""
+                if self._tok_key:
+                    self._tok_key = False
+                    self._stack[-1] = ":"
+                else:
+                    self._value_done()
+                return i
+            m = _STR_RUN.match(text, i)
+            if m is None:  # a raw control character: json.loads (strict) refuses it
+                self.failed = True
+                break
+            dec.append(m.group())
+            i = m.end()
+        if dec:
+            out.append(_esc("".join(dec)))
+        return i
