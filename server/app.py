@@ -27,6 +27,7 @@ log = logging.getLogger("tokenwire")
 ROUTE_MODULES = (
     "server.routes.common",
     "server.routes.render",
+    "server.routes.derender",
 )
 # Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
 WEBSOCKET_MODULES: tuple[str, ...] = ()
@@ -102,6 +103,10 @@ def api_key_ok(ctx: ServerContext, given: str | None) -> bool:
 
 
 def create_app(ctx: ServerContext) -> Starlette:
+    for name in ROUTE_MODULES:  # a module may check its configuration / build services up front
+        prepare = getattr(importlib.import_module(name), "prepare", None)
+        if prepare is not None:
+            prepare(ctx)  # raises ValueError for a configuration it refuses
     routes: list[Any] = [
         StarletteRoute(r.path, _wrap(r), methods=list(r.methods)) for r in enabled_routes(ctx)
     ]

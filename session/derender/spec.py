@@ -2,11 +2,10 @@
 of that request shares: which parsers run, how to decode, stop strings, what the prompt says about
 reasoning. Rebuilt from the request on every call, so states never need to carry it.
 
-Tool parsing follows vLLM's chat server: no tools or ``tool_choice: "none"`` → none; a named
-function → :class:`~session.derender.tool_choice.NamedToolParser`; ``"required"`` →
-:class:`~session.derender.tool_choice.RequiredToolParser`; ``"auto"`` → the configured
-``--tool-call-parser`` when ``--enable-auto-tool-choice`` is on. The configured reasoning parser
-always runs.
+Tool parsing follows vLLM's chat server (:func:`session.parsers.tool_parser_class`): no tools or
+``tool_choice: "none"`` → none; a named function or ``"required"`` → the forced-choice parsers;
+``"auto"`` → the configured ``--tool-call-parser``, only when ``--enable-auto-tool-choice`` is on.
+The configured reasoning parser always runs.
 """
 
 from __future__ import annotations
@@ -15,12 +14,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session import parsers as registry
 from session.derender.choice import StreamSpec
-from session.derender.tool_choice import NamedToolParser, RequiredToolParser, named_function
 from session.detokenizer import SEED_WINDOW, TokenTable
 from session.errors import DerenderError
+from session.parsers import REASONING_PARSERS, TOOL_PARSERS, effective_tool_choice, tool_parser_class
 from session.parsers.base import ParserContext, ReasoningParser, ToolParser
+from session.parsers.tool import NamedToolChoiceParser
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["PARSER_REQUIRES_CHAT_REQUEST", "ParserConfig", "chat_spec", "completion_spec", "resolve_parsers"]
@@ -51,28 +50,22 @@ class ParserConfig:
         return (getattr(self.tool_parser, "name", None), getattr(self.reasoning_parser, "name", None))
 
 
-def _registry(attr: str) -> dict[str, Any]:
-    table = getattr(registry, attr, None)
-    return table if isinstance(table, dict) else {}
-
-
 def resolve_parsers(tool_parser: str | type[ToolParser] | None, reasoning_parser: str | type[ReasoningParser] | None,
                     *, enable_auto_tool_choice: bool = False) -> ParserConfig:
-    """Parser classes for configured names. Raises ``ValueError`` naming the known parsers."""
-    tool_cls = _lookup("tool-call", "TOOL_PARSERS", tool_parser)
-    reasoning_cls = _lookup("reasoning", "REASONING_PARSERS", reasoning_parser)
+    """Parser classes for configured names (or classes). Raises ``ValueError`` (the parser
+    package's ``UnknownParser``) naming the valid parsers."""
+    tool_cls = _lookup("tool call", TOOL_PARSERS, tool_parser)
+    reasoning_cls = _lookup("reasoning", REASONING_PARSERS, reasoning_parser)
     return ParserConfig(tool_cls, reasoning_cls, enable_auto_tool_choice)
 
 
-def _lookup(kind: str, attr: str, value: str | type | None) -> type | None:
+def _lookup(kind: str, known: dict[str, Any], value: str | type | None) -> Any:
     if value is None or isinstance(value, type):
         return value
-    known = _registry(attr)
     cls = known.get(value)
     if cls is None:
-        names = ", ".join(sorted(known)) or "none available"
-        raise ValueError(f"unknown {kind} parser {value!r} (known: {names})")
-    return cls  # type: ignore[no-any-return]
+        raise ValueError(f"unknown {kind} parser {value!r}; valid names: {', '.join(sorted(known))}")
+    return cls
 
 
 def _hold_ids(table: TokenTable, stop_token_ids: Sequence[int] | None) -> frozenset[int]:
@@ -96,6 +89,15 @@ def prompt_reasoning_flags(table: TokenTable, prompt_ids: Sequence[int]) -> tupl
     return opened > closed, closed > opened
 
 
+def _tool_parser(config: ParserConfig, ctx: ParserContext) -> type[ToolParser] | None:
+    if effective_tool_choice(ctx) == "auto":
+        # vLLM parses "auto" tool calls only with --enable-auto-tool-choice and a parser
+        if ctx.tools and config.tool_parser is not None and config.enable_auto_tool_choice:
+            return config.tool_parser
+        return None
+    return tool_parser_class(None, ctx)  # named / required → the forced parsers; none → None
+
+
 def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRequest | None,
               prompt_ids: Sequence[int] = ()) -> StreamSpec:
     if request is None:
@@ -105,15 +107,6 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
     tool_choice = request.tool_choice
     choice_value: str | dict[str, Any] | None
     choice_value = tool_choice if tool_choice is None or isinstance(tool_choice, str) else tool_choice.model_dump(mode="json")
-    tool_cls: type[ToolParser] | None = None
-    tool_calls_finish = True
-    if request.tools and choice_value != "none":
-        if named_function(choice_value) is not None:
-            tool_cls, tool_calls_finish = NamedToolParser, False  # OpenAI: a forced function ends with "stop"
-        elif choice_value == "required":
-            tool_cls = RequiredToolParser
-        elif config.enable_auto_tool_choice:
-            tool_cls = config.tool_parser
     reasoning_cls = config.reasoning_parser
     opens = ends = False
     if reasoning_cls is not None and prompt_ids:
@@ -126,6 +119,7 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         prompt_ends_reasoning=ends,
         prompt_opens_reasoning=opens,
     )
+    tool_cls = _tool_parser(config, ctx)
     needs_special = any(getattr(p, "needs_special_tokens", False) for p in (tool_cls, reasoning_cls) if p)
     return StreamSpec(
         table=table,
@@ -138,7 +132,7 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         parser_ctx=ctx,
         include_reasoning=request.include_reasoning,
         parallel_tool_calls=ctx.parallel_tool_calls,
-        tool_calls_finish=tool_calls_finish,
+        tool_calls_finish=tool_cls is not NamedToolChoiceParser,  # OpenAI: a forced function ends "stop"
         prompt_tail=tuple(prompt_ids[-SEED_WINDOW:]),
     )
 
