@@ -190,12 +190,9 @@ class StateCodec:
         if key is None:
             raise StateError("stream_state was signed with a key this server does not have; replicas "
                              "must share the same --state-secret.", reason="unknown_key")
-        try:
-            mac = _b64d(mac_text)
-        except (binascii.Error, ValueError):
-            mac = b""
         expected = hmac.new(key, f"{VERSION}.{kid}.{payload_text}".encode(), hashlib.sha256).digest()
-        if not hmac.compare_digest(mac, expected):
+        # compare the canonical text: base64's unused low bits must not let two texts verify
+        if not hmac.compare_digest(mac_text.encode(), _b64e(expected).encode()):
             raise StateError("stream_state failed signature verification (it was modified or "
                              "truncated); send back the state exactly as returned.", reason="bad_signature")
         try:

@@ -1,0 +1,164 @@
+"""Incremental detokenization: equal to one full decode for any chunking, U+FFFD-safe, and
+resumable from a small snapshot on every real tokenizer (plus a SentencePiece-style one for the
+context-dependent algorithm)."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import pytest
+from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers
+from tokenizers.decoders import DecodeStream
+
+from session.detokenizer import (
+    MAX_PENDING,
+    TokenTable,
+    WindowDetokenizer,
+    new_detokenizer,
+    restore_detokenizer,
+    token_table,
+)
+from tests.conftest import TOKENIZERS
+
+TEXT = ("Hello 世界 🎉 <think>\nhmm 🤔 ok</think> naïve café <tool_call>\n{\"name\": \"x\"}</tool_call> "
+        "ありがとう 👍🏽 Ωμέγα — \t tabs\n\n") * 8
+
+
+def _chunked(det: Any, ids: list[int], rnd: random.Random) -> list[str]:
+    out, k = [], 0
+    while k < len(ids):
+        n = rnd.choice([0, 1, 1, 2, 3, 8])
+        out.append(det.push(ids[k:k + n]))
+        k += n
+    out.append(det.flush())
+    return out
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_every_token_bytes_decode_like_the_tokenizer(name: str, tokenizer: Callable[[str], Any]) -> None:
+    tok = tokenizer(name)
+    table = token_table(tok)
+    assert table.byte_level
+    rust = tok._tokenizer
+    mismatches = [i for i in range(table.vocab_size)
+                  if table.token_bytes(i).decode("utf-8", "replace") != rust.decode([i], skip_special_tokens=False)]
+    assert mismatches == []
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+@pytest.mark.parametrize("algorithm", ["byte-level", "window"])
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_any_chunking_concatenates_to_the_full_decode(name: str, algorithm: str, skip_special_tokens: bool,
+                                                       tokenizer: Callable[[str], Any]) -> None:
+    tok = tokenizer(name)
+    rust = tok._tokenizer
+    table = token_table(tok) if algorithm == "byte-level" else TokenTable(rust, byte_level=False)
+    rnd = random.Random(7)
+    ids = [*rust.encode(TEXT, add_special_tokens=False).ids, tok.eos_token_id]
+    garbage = [rnd.randrange(table.vocab_size) for _ in range(300)]  # includes stray byte tokens
+    for seq in (ids, ids + garbage, garbage + ids):
+        det = new_detokenizer(table, skip_special_tokens=skip_special_tokens)
+        assert "".join(_chunked(det, seq, rnd)) == rust.decode(seq, skip_special_tokens=skip_special_tokens)
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_a_character_split_across_tokens_is_emitted_only_when_complete(name: str,
+                                                                       tokenizer: Callable[[str], Any]) -> None:
+    tok = tokenizer(name)
+    table = token_table(tok)
+    ids = tok._tokenizer.encode("𓀀𓁿𝔘🦩", add_special_tokens=False).ids
+    det = new_detokenizer(table, skip_special_tokens=True)
+    outs = [det.push([i]) for i in ids]
+    assert "\ufffd" not in "".join(outs)
+    assert "".join(outs) == "𓀀𓁿𝔘🦩"
+    assert any(o == "" for o in outs)  # some token ended inside a character
+
+
+def test_an_unfinished_character_is_flushed_as_replacement_at_the_end(tokenizer: Callable[[str], Any]) -> None:
+    tok = tokenizer("qwen3")
+    table = token_table(tok)
+    ids = tok._tokenizer.encode("ok 🦩", add_special_tokens=False).ids
+    det = new_detokenizer(table, skip_special_tokens=True)
+    text = det.push(ids[:-1])
+    assert text == "ok "
+    assert det.flush() == "\ufffd"  # what tokenizer.decode gives for the same ids
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+@pytest.mark.parametrize("algorithm", ["byte-level", "window"])
+def test_snapshot_between_every_token_resumes_identically(name: str, algorithm: str,
+                                                          tokenizer: Callable[[str], Any]) -> None:
+    tok = tokenizer(name)
+    rust = tok._tokenizer
+    table = token_table(tok) if algorithm == "byte-level" else TokenTable(rust, byte_level=False)
+    ids = rust.encode(TEXT[:400], add_special_tokens=False).ids
+    det = new_detokenizer(table, skip_special_tokens=True)
+    out = []
+    largest = 0
+    for i in ids:
+        snap = orjson.loads(orjson.dumps(det.snapshot()))
+        largest = max(largest, len(orjson.dumps(snap)))
+        det = restore_detokenizer(table, skip_special_tokens=True, snapshot=snap)
+        out.append(det.push([i]))
+    out.append(det.flush())
+    assert "".join(out) == rust.decode(ids, skip_special_tokens=True)
+    assert largest < 200  # a few pending bytes or a short window, never the output
+
+
+def _sentencepiece_style() -> Tokenizer:
+    """A small Metaspace + byte-fallback BPE tokenizer in the Llama-2 / Mistral-v1 layout."""
+    vocab: dict[str, int] = {"<unk>": 0, "<s>": 1, "</s>": 2}
+    for b in range(256):
+        vocab[f"<0x{b:02X}>"] = len(vocab)
+    merges: list[tuple[str, str]] = []
+    for ch in "▁abcdefghijklmnopqrstuvwxyz":
+        vocab.setdefault(ch, len(vocab))
+    for word in ("▁the", "▁quick", "▁brown", "▁fox", "▁jumps", "▁over"):
+        left = word[0]
+        for ch in word[1:]:
+            merges.append((left, ch))
+            left += ch
+            vocab.setdefault(left, len(vocab))
+    tok = Tokenizer(models.BPE(vocab, merges, byte_fallback=True, unk_token="<unk>"))
+    tok.normalizer = normalizers.Sequence([normalizers.Prepend("▁"), normalizers.Replace(" ", "▁")])
+    tok.pre_tokenizer = pre_tokenizers.Metaspace(replacement="▁", prepend_scheme="never", split=False)
+    tok.decoder = decoders.Sequence([decoders.Replace("▁", " "), decoders.ByteFallback(), decoders.Fuse(),
+                                     decoders.Strip(" ", 1, 0)])
+    tok.add_special_tokens(["<s>", "</s>"])
+    return tok
+
+
+def test_window_algorithm_keeps_the_leading_space_of_the_first_output_token() -> None:
+    tok = _sentencepiece_style()
+    table = TokenTable(tok)
+    assert not table.byte_level
+    prompt = tok.encode("the quick brown").ids
+    output = tok.encode("fox jumps 🦊 over").ids
+    assert tok.decode(output) == "fox jumps 🦊 over"  # decoding alone strips the leading space
+    det = new_detokenizer(table, skip_special_tokens=True, prompt_ids=prompt)
+    got = "".join(det.push([i]) for i in output) + det.flush()
+    stream = DecodeStream(ids=prompt[-6:], skip_special_tokens=True)
+    expected = "".join(t for i in output if (t := stream.step(tok, i)) is not None)
+    assert got == expected == " fox jumps 🦊 over"
+
+
+def test_window_state_stays_bounded_on_output_that_never_completes_a_character() -> None:
+    tok = _sentencepiece_style()
+    table = TokenTable(tok)
+    lone_byte = tok.token_to_id("<0xF0>")  # a 4-byte lead, repeated: never a character
+    det = new_detokenizer(table, skip_special_tokens=True)
+    for _ in range(10 * MAX_PENDING):
+        det.push([lone_byte])
+    assert isinstance(det, WindowDetokenizer)
+    assert len(det.snapshot()[1]) <= 2 * MAX_PENDING
+
+
+def test_a_snapshot_for_another_kind_of_tokenizer_is_refused(tokenizer: Callable[[str], Any]) -> None:
+    table = token_table(tokenizer("qwen3"))
+    with pytest.raises(ValueError):
+        restore_detokenizer(table, skip_special_tokens=True, snapshot=["w", [1, 2], 1])
+    with pytest.raises(ValueError):
+        restore_detokenizer(table, skip_special_tokens=True, snapshot=["b", "f0f0f0f0"])
