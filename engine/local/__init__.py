@@ -1,0 +1,15 @@
+"""The embedded engine: torch + transformers with continuous batching (the only torch importer).
+
+- :mod:`engine.local.engine` — :class:`LocalEngine`, the asyncio face and the engine thread;
+- :mod:`engine.local.scheduler` — admission, KV rows and step planning (no torch);
+- :mod:`engine.local.runner` — model loading and batched prefill / decode forwards;
+- :mod:`engine.local.kv` — the per-row KV buffers the model reads through a duck-typed cache;
+- :mod:`engine.local.sampling` — penalties, filters, seeded draws and logprobs;
+- :mod:`engine.local.params` — request validation against the served model (no torch);
+- :mod:`engine.local.outbox` — bounded per-request buffers on the event loop (no torch);
+- :mod:`engine.local.device` — dtype and thread choices for this CPU.
+"""
+
+from engine.local.engine import LocalEngine
+
+__all__ = ["LocalEngine"]

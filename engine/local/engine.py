@@ -1,0 +1,357 @@
+"""``LocalEngine``: torch + transformers, continuous batching on one engine thread.
+
+Threads and hand-offs::
+
+    event loop (asyncio)                         engine thread (torch)
+    ────────────────────                         ─────────────────────
+    generate(): validate, Outbox, ─ inbox ─────▶ drain inbox → Scheduler.plan()
+                 await outbox.get()               → ModelRunner.prefill / decode
+    abort() / leaving generate() ── inbox ─────▶ → sample → stop checks → free rows
+    _deliver(): outbox.push(...) ◀── one call_soon_threadsafe per step, all requests' outputs
+
+The loop never waits on the engine thread (the only lock guards the inbox for a few
+instructions); model loading, forwards and sampling all run on the engine thread.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+import threading
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.errors import EngineError, EngineInternalError, EngineOverloaded, EngineUnavailable
+from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
+from engine.local.device import resolve_dtype, resolve_threads
+from engine.local.outbox import DEFAULT_CAPACITY, Outbox
+from engine.local.params import ModelLimits, resolve
+from engine.local.runner import ModelRunner, read_limits
+from engine.local.sampling import SampleRow, sample
+from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
+from engine.local.scheduler import Sequence as Seq
+from engine.protocol import GenerateRequest, UsageInfo
+
+log = logging.getLogger("tokenwire.engine")
+
+_Msg = tuple[str, Any]
+_Delivery = list[tuple[str, EngineOutput | EngineError]]
+
+
+class LocalEngine(Engine):
+    """Serve one local Hugging Face causal-LM directory."""
+
+    def __init__(self, model_dir: Path, *, model_name: str, max_model_len: int, dtype: str = "auto",
+                 max_num_seqs: int = 32, max_num_batched_tokens: int = 2048, max_waiting: int = 256,
+                 num_threads: int | None = None, outbox_capacity: int = DEFAULT_CAPACITY) -> None:
+        self.model_dir = Path(model_dir)
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+        self.dtype, self.dtype_reason = resolve_dtype(dtype)
+        self.num_threads = resolve_threads(num_threads)
+        self.max_waiting = max_waiting
+        self.outbox_capacity = outbox_capacity
+        self.limits: ModelLimits = read_limits(self.model_dir, max_model_len, max_n=max_num_seqs)
+        self.scheduler = Scheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                                   max_waiting=max_waiting + 1)
+        self.runner = ModelRunner(self.model_dir, dtype=self.dtype, max_rows=max_num_seqs,
+                                  max_model_len=max_model_len)
+        # shared with the engine thread (guarded by _cv)
+        self._cv = threading.Condition()
+        self._inbox: deque[_Msg] = deque()
+        self._inbox_adds = 0
+        self._sched_waiting = 0
+        self._stopping = False
+        # loop side
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._outboxes: dict[str, Outbox] = {}
+        self._by_external: dict[str, set[str]] = {}
+        self._ids = itertools.count()
+        self._failure: str | None = None
+        # engine-thread counters (read from the loop for stats; ints are safe to read)
+        self._live = 0
+        self._steps = 0
+        self._generated = 0
+
+    @classmethod
+    def from_settings(cls, model_dir: Path, *, model_name: str, max_model_len: int, dtype: str = "auto",
+                      max_num_seqs: int = 32, max_num_batched_tokens: int = 2048,
+                      max_waiting: int = 256) -> LocalEngine:
+        return cls(model_dir, model_name=model_name, max_model_len=max_model_len, dtype=dtype,
+                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                   max_waiting=max_waiting)
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        if self._thread is not None:
+            return
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        ready: asyncio.Future[None] = loop.create_future()
+        self._thread = threading.Thread(target=self._thread_main, args=(loop, ready),
+                                        name="tokenwire-engine", daemon=True)
+        self._thread.start()
+        await ready
+        log.info("local engine ready: %s, dtype %s (%s), %d threads, max %d sequences",
+                 self.model_dir.name, str(self.dtype).removeprefix("torch."), self.dtype_reason,
+                 self.num_threads, self.scheduler.max_num_seqs)
+
+    async def close(self) -> None:
+        thread = self._thread
+        if thread is None:
+            return
+        with self._cv:
+            self._stopping = True
+            self._cv.notify_all()
+        await asyncio.to_thread(thread.join, 30)
+        self._thread = None
+        err = EngineUnavailable("The engine was shut down.")
+        for box in list(self._outboxes.values()):
+            box.push(err)
+
+    # --- the Engine interface --------------------------------------------------------------
+    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        return self._generate(request)
+
+    async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        self._check_serving()
+        prompt, params = resolve(request, self.limits)
+        external = request.request_id or secrets.token_hex(8)
+        key = f"{external}\x00{next(self._ids)}"
+        base_seed = params.seed if params.seed is not None else secrets.randbits(63)
+        group = RequestGroup(key, prompt, params, [base_seed] * params.n, external_id=external)
+        box = Outbox(self.outbox_capacity)
+        with self._cv:
+            if self._inbox_adds + self._sched_waiting >= self.max_waiting:
+                raise EngineOverloaded(
+                    f"The engine is overloaded: {self.max_waiting} requests are already waiting. "
+                    "Retry later.")
+            self._outboxes[key] = box
+            self._by_external.setdefault(external, set()).add(key)
+            self._inbox.append(("add", group))
+            self._inbox_adds += 1
+            self._cv.notify()
+        try:
+            while True:
+                out = await box.get()
+                yield out
+                if out.finished:
+                    return
+        finally:
+            self._outboxes.pop(key, None)
+            keys = self._by_external.get(external)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_external[external]
+            if not box.done:
+                self._post("abort", ([key], False))
+
+    async def abort(self, request_ids: Sequence[str]) -> None:
+        keys: list[str] = []
+        for rid in request_ids:
+            found = self._by_external.get(rid)
+            if found is None and rid.startswith("generate-tokens-"):
+                found = self._by_external.get(rid.removeprefix("generate-tokens-"))
+            keys.extend(found or ())
+        if keys:
+            self._post("abort", (keys, True))
+
+    async def health(self) -> EngineHealth:
+        ok = self._failure is None and self._thread is not None and self._thread.is_alive()
+        detail = self._failure or ("" if ok else "engine not running")
+        return EngineHealth(ok=ok, detail=detail, stats=self.stats())
+
+    def live_sequences(self) -> int:
+        return self._live
+
+    def stats(self) -> dict[str, Any]:
+        return {
+            "running": self.scheduler.running_groups,
+            "waiting": self._inbox_adds + self._sched_waiting,
+            "live_sequences": self._live,
+            "kv_cache_bytes": self.runner.kv_bytes(),
+            "steps": self._steps,
+            "generated_tokens": self._generated,
+            "dtype": str(self.dtype).removeprefix("torch."),
+            "dtype_reason": self.dtype_reason,
+            "threads": self.num_threads,
+            "max_num_seqs": self.scheduler.max_num_seqs,
+            "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
+        }
+
+    # --- loop side helpers -----------------------------------------------------------------
+    def _check_serving(self) -> None:
+        if self._failure is not None:
+            raise EngineUnavailable(f"The engine is not available: {self._failure}")
+        if self._thread is None or not self._thread.is_alive():
+            raise EngineUnavailable("The engine is not running.")
+
+    def _post(self, kind: str, payload: Any) -> None:
+        with self._cv:
+            self._inbox.append((kind, payload))
+            self._cv.notify()
+
+    def _deliver(self, items: _Delivery) -> None:
+        for key, item in items:
+            box = self._outboxes.get(key)
+            if box is not None:
+                box.push(item)
+
+    # --- engine thread ---------------------------------------------------------------------
+    def _thread_main(self, loop: asyncio.AbstractEventLoop, ready: asyncio.Future[None]) -> None:
+        torch.set_num_threads(self.num_threads)
+        try:
+            with torch.inference_mode():
+                self.runner.load()
+        except EngineError as exc:
+            self._failure = exc.message
+            loop.call_soon_threadsafe(_settle, ready, exc)
+            return
+        except Exception as exc:  # a bug or an environment problem: say so once, clearly
+            log.exception("engine failed to start")
+            self._failure = "the model could not be loaded; see the server log"
+            loop.call_soon_threadsafe(_settle, ready, EngineUnavailable(self._failure))
+            del exc
+            return
+        loop.call_soon_threadsafe(_settle, ready, None)
+        try:
+            with torch.inference_mode():
+                self._serve(loop)
+        except Exception:
+            log.exception("engine thread crashed")
+            self._failure = "the engine stopped after an internal error; see the server log"
+
+    def _serve(self, loop: asyncio.AbstractEventLoop) -> None:
+        sched = self.scheduler
+        while True:
+            with self._cv:
+                while not self._inbox and not sched.has_work and not self._stopping:
+                    self._cv.wait()
+                if self._stopping:
+                    return
+                msgs = list(self._inbox)
+                self._inbox.clear()
+                self._inbox_adds -= sum(1 for kind, _ in msgs if kind == "add")
+            out: _Delivery = []
+            for kind, payload in msgs:
+                if kind == "add":
+                    self._admit(payload, out)
+                else:
+                    keys, notify = payload
+                    for group in sched.abort(keys):
+                        if notify:
+                            out.append((group.request_id, self._final(group, [])))
+            if sched.has_work:
+                self._step(out)
+            with self._cv:
+                self._sched_waiting = len(sched.waiting)
+            self._live = sched.live_sequences
+            if self._live == 0:
+                self.runner.apply(sched.take_ops())
+                self.runner.release()
+            if out:
+                try:
+                    loop.call_soon_threadsafe(self._deliver, out)
+                except RuntimeError:  # the loop is closed: nobody is listening any more
+                    return
+
+    def _admit(self, group: RequestGroup, out: _Delivery) -> None:
+        try:
+            self.scheduler.add(group)
+        except Overloaded:
+            out.append((group.request_id, EngineOverloaded("The engine is overloaded; retry later.")))
+
+    def _step(self, out: _Delivery) -> None:
+        sched = self.scheduler
+        plan = sched.plan()
+        try:
+            self.runner.apply(sched.take_ops())
+            if plan.empty:
+                return
+            rows: list[Seq] = []
+            picks: list[torch.Tensor] = []
+            if plan.prefill:
+                logits = self.runner.prefill(plan.prefill)
+                for i, chunk in enumerate(plan.prefill):
+                    for seq in sched.prefill_done(chunk):
+                        rows.append(seq)
+                        picks.append(logits[i])
+            if plan.decode:
+                logits = self.runner.decode(plan.decode)
+                for seq in plan.decode:
+                    seq.computed += 1
+                rows.extend(plan.decode)
+                picks.extend(logits)
+            if not rows:
+                return
+            sampled = sample(torch.stack(picks), [
+                SampleRow(s.group.params, s.seed, s.index, s.group.prompt, s.output) for s in rows])
+        except Exception:
+            log.exception("engine step failed")
+            failed = {c.seq.group for c in plan.prefill} | {s.group for s in plan.decode}
+            for group in failed:
+                for seq in group.seqs:
+                    sched.finish(seq, "error")
+                out.append((group.request_id, EngineInternalError(
+                    "The engine failed while generating this request; see the server log.")))
+            return
+        self._steps += 1
+        self._generated += len(rows)
+        deltas: dict[str, list[ChoiceDelta]] = {}
+        groups: dict[str, RequestGroup] = {}
+        for seq, pick in zip(rows, sampled, strict=True):
+            seq.output.append(pick.token_id)
+            self._check_stop(seq, pick.token_id)
+            delta = ChoiceDelta(seq.index, [pick.token_id],
+                                [pick.logprob] if pick.logprob is not None else None,
+                                seq.finish_reason, seq.stop_reason)
+            deltas.setdefault(seq.group.request_id, []).append(delta)
+            groups[seq.group.request_id] = seq.group
+        for key, choices in deltas.items():
+            group = groups[key]
+            choices.sort(key=lambda c: c.index)
+            if group.finished:
+                out.append((key, self._final(group, choices)))
+            else:
+                out.append((key, EngineOutput(group.external_id, choices)))
+
+    def _check_stop(self, seq: Seq, token: int) -> None:
+        p = seq.group.params
+        n = len(seq.output)
+        if n >= p.min_tokens:
+            if p.eos_token_id is not None and token == p.eos_token_id:
+                self.scheduler.finish(seq, "stop", None)
+                return
+            if token in p.stop_ids:
+                self.scheduler.finish(seq, "stop", token)
+                return
+        if n >= p.max_tokens or seq.length >= self.max_model_len:
+            self.scheduler.finish(seq, "length", None)
+
+    def _final(self, group: RequestGroup, choices: list[ChoiceDelta]) -> EngineOutput:
+        """The last output of a request: finish reasons for choices that had no token in it."""
+        have = {c.index for c in choices}
+        for seq in group.seqs:
+            if seq.index not in have:
+                choices.append(ChoiceDelta(seq.index, [], None, seq.finish_reason or "abort", seq.stop_reason))
+        choices.sort(key=lambda c: c.index)
+        return EngineOutput(group.external_id, choices, finished=True,
+                            usage=UsageInfo.of(len(group.prompt), group.completion_tokens))
+
+
+def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:
+    if fut.done():
+        return
+    if exc is None:
+        fut.set_result(None)
+    else:
+        fut.set_exception(exc)
+

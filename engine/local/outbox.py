@@ -1,0 +1,87 @@
+"""Per-request output buffers between the engine thread and the asyncio consumers (no torch).
+
+The engine thread hands each step's outputs to the event loop with one
+``loop.call_soon_threadsafe`` per step; on the loop, :class:`Outbox.push` files each request's
+output into its own bounded buffer and wakes its consumer. A slow consumer never grows memory
+without bound and never blocks the engine: past ``capacity`` items, new tokens are merged into
+the last pending item (token deltas concatenate), so a consumer that falls behind simply
+receives bigger deltas.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+
+from engine.errors import EngineError
+from engine.interface import ChoiceDelta, EngineOutput
+
+DEFAULT_CAPACITY = 64
+
+
+class Outbox:
+    """One request's pending outputs (loop-thread only)."""
+
+    __slots__ = ("_items", "_waiter", "capacity", "done")
+
+    def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
+        self._items: deque[EngineOutput | EngineError] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+        self.capacity = capacity
+        self.done = False  # the final output (or an error) has been pushed
+
+    def push(self, item: EngineOutput | EngineError) -> None:
+        if self.done:
+            return
+        if isinstance(item, EngineError):
+            self._items.append(item)
+            self.done = True
+        elif self._items and len(self._items) >= self.capacity and isinstance(self._items[-1], EngineOutput):
+            merge_into(self._items[-1], item)
+            self.done = item.finished
+        else:
+            self._items.append(item)
+            self.done = item.finished
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> EngineOutput:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        item = self._items.popleft()
+        if isinstance(item, EngineError):
+            raise item
+        return item
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def merge_into(target: EngineOutput, new: EngineOutput) -> None:
+    """Append ``new``'s deltas to ``target`` (same request)."""
+    by_index = {c.index: c for c in target.choices}
+    for delta in new.choices:
+        mine = by_index.get(delta.index)
+        if mine is None:
+            copy = ChoiceDelta(delta.index, list(delta.token_ids),
+                               list(delta.logprobs) if delta.logprobs is not None else None,
+                               delta.finish_reason, delta.stop_reason)
+            target.choices.append(copy)
+            by_index[delta.index] = copy
+            continue
+        mine.token_ids.extend(delta.token_ids)
+        if delta.logprobs is not None:
+            if mine.logprobs is None:
+                mine.logprobs = []
+            mine.logprobs.extend(delta.logprobs)
+        if delta.finish_reason is not None:
+            mine.finish_reason, mine.stop_reason = delta.finish_reason, delta.stop_reason
+    target.choices.sort(key=lambda c: c.index)
+    target.finished = target.finished or new.finished
+    if new.usage is not None:
+        target.usage = new.usage

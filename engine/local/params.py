@@ -1,0 +1,211 @@
+"""Sampling parameters checked against the served model and resolved for the engine (no torch).
+
+:func:`resolve` turns a wire :class:`~engine.protocol.GenerateRequest` into the prompt ids and
+a :class:`ResolvedParams` the scheduler and sampler use, or raises
+:class:`~engine.errors.InvalidGenerateRequest` naming the offending field, so the HTTP layer can
+answer 400 with a message that says what to fix.
+
+Stop *strings* (``sampling_params.stop``) are not the engine's business: the engine never sees
+text; derender applies them. Everything else the engine cannot honour (``bad_words``,
+``structured_outputs``, ``prompt_logprobs``, multimodal ``features``) is refused, never ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from engine.errors import InvalidGenerateRequest
+from engine.protocol import GenerateRequest
+
+MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
+LOGIT_BIAS_LIMIT = 100.0  # vLLM clamps biases to [-100, 100]
+
+
+@dataclass(frozen=True, slots=True)
+class ModelLimits:
+    """What validation needs to know about the served model."""
+
+    vocab_size: int
+    max_model_len: int
+    # The model's primary eos (``config.eos_token_id``): finish "stop" with stop_reason None.
+    eos_token_id: int | None = None
+    # Every other id of ``generation_config.eos_token_id``: finish "stop", stop_reason = the id
+    # (vLLM adds them to the request's stop_token_ids unless ignore_eos).
+    extra_eos_ids: frozenset[int] = frozenset()
+    max_n: int = 32
+    max_logprobs: int = MAX_LOGPROBS
+
+
+@dataclass(frozen=True, slots=True)
+class ResolvedParams:
+    n: int = 1
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0  # 0: disabled
+    min_p: float = 0.0
+    seed: int | None = None
+    max_tokens: int = 16
+    min_tokens: int = 0
+    ignore_eos: bool = False
+    eos_token_id: int | None = None
+    stop_ids: frozenset[int] = frozenset()  # stop_token_ids ∪ extra eos ids (unless ignore_eos)
+    repetition_penalty: float = 1.0
+    presence_penalty: float = 0.0
+    frequency_penalty: float = 0.0
+    logit_bias: tuple[tuple[int, float], ...] = ()
+    allowed_token_ids: tuple[int, ...] | None = None
+    logprobs: int | None = None
+    # all ids that end generation (for min_tokens masking)
+    all_stop_ids: frozenset[int] = field(default=frozenset())
+
+    @property
+    def greedy(self) -> bool:
+        return self.temperature < 1e-5
+
+    @property
+    def needs_penalties(self) -> bool:
+        return (self.repetition_penalty != 1.0 or self.presence_penalty != 0.0
+                or self.frequency_penalty != 0.0)
+
+    @property
+    def needs_filtering(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0 or self.min_p > 0.0
+
+
+def _bad(message: str, param: str) -> InvalidGenerateRequest:
+    return InvalidGenerateRequest(message, param=param)
+
+
+def _check_ids(ids: list[int] | tuple[int, ...], vocab: int, param: str) -> None:
+    for i, tok in enumerate(ids):
+        if not 0 <= tok < vocab:
+            raise _bad(f"{param}[{i}] = {tok} is out of range: this model's vocabulary has {vocab} "
+                       f"tokens (ids 0..{vocab - 1}).", param)
+
+
+def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], ResolvedParams]:
+    """Validate ``request`` for this model; return the prompt ids and the resolved params."""
+    sp = request.sampling_params
+    vocab, max_len = limits.vocab_size, limits.max_model_len
+    if request.features is not None:
+        raise _bad("Multimodal features are not supported by this engine.", "features")
+    prompt = list(request.token_ids)
+    if sp.truncate_prompt_tokens is not None:
+        k = sp.truncate_prompt_tokens
+        if k == -1:
+            k = max_len
+        if k < 1:
+            raise _bad("sampling_params.truncate_prompt_tokens must be -1 or at least 1.",
+                       "sampling_params.truncate_prompt_tokens")
+        prompt = prompt[-k:]
+    _check_ids(prompt, vocab, "token_ids")
+    if len(prompt) >= max_len:
+        raise _bad(f"The prompt is {len(prompt)} tokens long; this model's maximum context length is "
+                   f"{max_len} tokens, which must also leave room for at least one output token.",
+                   "token_ids")
+
+    _check_float(sp.temperature, "temperature")
+    if sp.temperature < 0:
+        raise _bad(f"sampling_params.temperature must be at least 0, got {sp.temperature}.",
+                   "sampling_params.temperature")
+    _check_float(sp.top_p, "top_p")
+    if not 0 < sp.top_p <= 1:
+        raise _bad(f"sampling_params.top_p must be in (0, 1], got {sp.top_p}.", "sampling_params.top_p")
+    if sp.top_k < -1:
+        raise _bad(f"sampling_params.top_k must be -1 or 0 (disabled) or at least 1, got {sp.top_k}.",
+                   "sampling_params.top_k")
+    _check_float(sp.min_p, "min_p")
+    if not 0 <= sp.min_p <= 1:
+        raise _bad(f"sampling_params.min_p must be in [0, 1], got {sp.min_p}.", "sampling_params.min_p")
+    for name in ("presence_penalty", "frequency_penalty"):
+        value = getattr(sp, name)
+        _check_float(value, name)
+        if not -2 <= value <= 2:
+            raise _bad(f"sampling_params.{name} must be in [-2, 2], got {value}.", f"sampling_params.{name}")
+    _check_float(sp.repetition_penalty, "repetition_penalty")
+    if not 0 < sp.repetition_penalty <= 2:
+        raise _bad(f"sampling_params.repetition_penalty must be in (0, 2], got {sp.repetition_penalty}.",
+                   "sampling_params.repetition_penalty")
+    if not 1 <= sp.n <= limits.max_n:
+        raise _bad(f"sampling_params.n must be between 1 and {limits.max_n}, got {sp.n}.", "sampling_params.n")
+
+    room = max_len - len(prompt)
+    if sp.max_tokens is None:
+        max_tokens = room
+    else:
+        max_tokens = sp.max_tokens
+        if max_tokens < 1:
+            raise _bad(f"sampling_params.max_tokens must be at least 1, got {max_tokens}.",
+                       "sampling_params.max_tokens")
+        if max_tokens > room:
+            raise _bad(f"sampling_params.max_tokens is too large: {max_tokens}. This model's maximum context "
+                       f"length is {max_len} tokens and the prompt has {len(prompt)} tokens "
+                       f"({max_tokens} > {max_len} - {len(prompt)}).", "sampling_params.max_tokens")
+    if not 0 <= sp.min_tokens <= max_tokens:
+        raise _bad(f"sampling_params.min_tokens must be between 0 and max_tokens ({max_tokens}), "
+                   f"got {sp.min_tokens}.", "sampling_params.min_tokens")
+
+    if sp.logprobs is not None and not 0 <= sp.logprobs <= limits.max_logprobs:
+        raise _bad(f"sampling_params.logprobs must be between 0 and {limits.max_logprobs}, got {sp.logprobs}.",
+                   "sampling_params.logprobs")
+    if sp.prompt_logprobs is not None:
+        raise _bad("sampling_params.prompt_logprobs is not supported by this engine.",
+                   "sampling_params.prompt_logprobs")
+    if sp.bad_words:
+        raise _bad("sampling_params.bad_words needs a tokenizer; a tokens-only engine cannot apply it. "
+                   "Send the banned token ids as logit_bias entries of -100 instead.",
+                   "sampling_params.bad_words")
+    if sp.structured_outputs:
+        raise _bad("sampling_params.structured_outputs is not supported by this engine.",
+                   "sampling_params.structured_outputs")
+
+    _check_ids(sp.stop_token_ids, vocab, "sampling_params.stop_token_ids")
+    bias: list[tuple[int, float]] = []
+    for tok, value in (sp.logit_bias or {}).items():
+        if not 0 <= tok < vocab:
+            raise _bad(f"sampling_params.logit_bias has token id {tok}, out of range for a vocabulary of "
+                       f"{vocab} tokens.", "sampling_params.logit_bias")
+        _check_float(value, "logit_bias")
+        bias.append((tok, max(-LOGIT_BIAS_LIMIT, min(LOGIT_BIAS_LIMIT, float(value)))))
+    allowed: tuple[int, ...] | None = None
+    if sp.allowed_token_ids is not None:
+        if not sp.allowed_token_ids:
+            raise _bad("sampling_params.allowed_token_ids must not be empty.",
+                       "sampling_params.allowed_token_ids")
+        _check_ids(sp.allowed_token_ids, vocab, "sampling_params.allowed_token_ids")
+        allowed = tuple(sorted(set(sp.allowed_token_ids)))
+
+    stop_ids = set(sp.stop_token_ids)
+    eos = limits.eos_token_id
+    if not sp.ignore_eos:
+        stop_ids |= limits.extra_eos_ids
+    all_stop = set(stop_ids)
+    if eos is not None and not sp.ignore_eos:
+        all_stop.add(eos)
+    greedy = sp.temperature < 1e-5
+    return prompt, ResolvedParams(
+        n=sp.n,
+        temperature=0.0 if greedy else float(sp.temperature),
+        top_p=float(sp.top_p),
+        top_k=0 if sp.top_k <= 0 or sp.top_k >= vocab else sp.top_k,
+        min_p=float(sp.min_p),
+        seed=sp.seed,
+        max_tokens=max_tokens,
+        min_tokens=sp.min_tokens,
+        ignore_eos=sp.ignore_eos,
+        eos_token_id=None if sp.ignore_eos else eos,
+        stop_ids=frozenset(stop_ids),
+        repetition_penalty=float(sp.repetition_penalty),
+        presence_penalty=float(sp.presence_penalty),
+        frequency_penalty=float(sp.frequency_penalty),
+        logit_bias=tuple(bias),
+        allowed_token_ids=allowed,
+        logprobs=sp.logprobs,
+        all_stop_ids=frozenset(all_stop),
+    )
+
+
+def _check_float(value: float, name: str) -> None:
+    if not math.isfinite(value):
+        raise _bad(f"sampling_params.{name} must be a finite number.", f"sampling_params.{name}")

@@ -1,0 +1,207 @@
+"""The model side of the local engine: load a transformers causal LM and run batched forwards.
+
+Everything here runs on the engine thread. Two kinds of forward per step:
+
+- :meth:`ModelRunner.prefill` — a batch of prompt chunks (left-padded to the longest, so every
+  row's last real token is the last query position and ``logits_to_keep=1`` applies), written
+  into the chunks' KV rows; a lone chunk from position 0 runs with no mask at all (plain causal
+  attention, exactly what ``model.generate`` runs);
+- :meth:`ModelRunner.decode` — one token for each decoding sequence (rows ``0 .. d-1``), each at
+  its own position, attending to its own row through a ``[d, 1, 1, T]`` boolean mask; when
+  every row has the same length the mask is dropped, again matching ``model.generate``.
+
+Attention goes through the model's own SDPA path with a prepared 4D mask, and the KV cache is
+:class:`engine.local.kv.StepCache`, so any decoder whose attention layers call
+``past_key_values.update(k, v, layer_idx)`` (Llama, Qwen2/3, Mistral, SmolLM, …) runs unchanged;
+:meth:`ModelRunner.load` checks that with a one-token forward and refuses other architectures.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.errors import EngineUnavailable
+from engine.local.kv import KVStore, StepCache, WritePlan
+from engine.local.params import ModelLimits
+from engine.local.scheduler import KVOp, PrefillChunk, Sequence
+
+log = logging.getLogger("tokenwire.engine")
+
+
+class ModelRunner:
+    def __init__(self, model_dir: Path, *, dtype: torch.dtype, max_rows: int, max_model_len: int) -> None:
+        self.model_dir = model_dir
+        self.dtype = dtype
+        self.max_rows = max_rows
+        self.max_model_len = max_model_len
+        self.model: Any = None
+        self.kv: KVStore | None = None
+        self.sliding_window: int | None = None
+        self.vocab_size = 0
+
+    # --- loading ---------------------------------------------------------------------------
+    def load(self) -> None:
+        from transformers import AutoModelForCausalLM
+
+        try:
+            model: Any = AutoModelForCausalLM.from_pretrained(
+                str(self.model_dir), dtype=self.dtype, attn_implementation="sdpa", local_files_only=True)
+        except Exception as exc:  # many kinds (OSError, ValueError, safetensors errors…)
+            log.exception("cannot load model from %s", self.model_dir)
+            raise EngineUnavailable(
+                f"cannot load the model from {self.model_dir} ({type(exc).__name__}); see the server log.") from exc
+        model.eval()
+        config = model.config
+        self.model = model
+        self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
+        layer_types = getattr(config, "layer_types", None) or ()
+        if "sliding_attention" in layer_types:
+            self.sliding_window = int(config.sliding_window)
+        self.kv = KVStore(config.num_hidden_layers, max_rows=self.max_rows + 1,
+                          max_len=self.max_model_len + 1, dtype=self.dtype)
+        self._check_architecture()
+
+    def _check_architecture(self) -> None:
+        """One tiny forward through StepCache: every layer must have written its keys/values."""
+        assert self.kv is not None
+        cache = StepCache(self.kv, WritePlan(0, [0], [1], 1), record=True)
+        try:
+            self.reserve(1, 2)
+            with torch.inference_mode():
+                self.model(input_ids=torch.tensor([[0]]), position_ids=torch.tensor([[0]]), attention_mask=None,
+                           past_key_values=cache, use_cache=True, logits_to_keep=1)
+        except Exception as exc:
+            log.exception("model check failed")
+            raise EngineUnavailable(
+                f"the model in {self.model_dir} ({type(self.model).__name__}) is not supported by the local "
+                f"engine ({type(exc).__name__}); see the server log.") from exc
+        expected = int(self.model.config.num_hidden_layers)
+        seen = cache.layers_seen or set()
+        if len(seen) != expected:
+            raise EngineUnavailable(
+                f"the model in {self.model_dir} ({type(self.model).__name__}) is not supported by the local "
+                f"engine: only {len(seen)} of its {expected} layers use a standard KV cache.")
+        self.kv.release_memory()
+
+    # --- KV housekeeping -------------------------------------------------------------------
+    def reserve(self, rows: int, length: int) -> None:
+        assert self.kv is not None
+        self.kv.reserve(rows, length)
+
+    def apply(self, ops: list[KVOp]) -> None:
+        assert self.kv is not None
+        if not ops:
+            return
+        need_rows = max(max(op.src, op.dst) for op in ops) + 1
+        need_len = max(op.length for op in ops)
+        self.kv.reserve(max(need_rows, 1), max(need_len, 1))
+        for op in ops:
+            if op.kind == "move":
+                self.kv.move_row(op.src, op.dst, op.length)
+            else:
+                self.kv.swap_rows(op.src, op.dst, op.length, op.length)
+
+    def release(self) -> None:
+        """Give the KV memory back (called when no sequence is live)."""
+        if self.kv is not None:
+            self.kv.release_memory()
+
+    def kv_bytes(self) -> int:
+        return self.kv.nbytes() if self.kv is not None else 0
+
+    # --- forwards --------------------------------------------------------------------------
+    def prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
+        """Run prompt chunks (rows must be consecutive); returns ``[len(chunks), vocab]``
+        logits of each chunk's last token."""
+        first = chunks[0].seq.row
+        rows = [c.seq.row for c in chunks]
+        if rows != list(range(first, first + len(chunks))):
+            raise AssertionError(f"prefill rows not consecutive: {rows}")
+        width = max(c.count for c in chunks)
+        kv_len = max(c.start + c.count for c in chunks)
+        self.reserve(first + len(chunks), kv_len)
+        ids = torch.zeros((len(chunks), width), dtype=torch.long)
+        pos = torch.empty((len(chunks), width), dtype=torch.long)
+        q = torch.arange(width)
+        for i, c in enumerate(chunks):
+            pad = width - c.count
+            ids[i, pad:] = torch.tensor(c.seq.prompt[c.start:c.start + c.count])
+            pos[i] = c.start + (q - pad).clamp(min=0)
+        plain = len(chunks) == 1 and chunks[0].start == 0 and not self._window_bites(kv_len)
+        mask = None if plain else (torch.arange(kv_len)[None, None, :] <= pos[:, :, None])[:, None]
+        plan = WritePlan(first, [c.start for c in chunks], [c.count for c in chunks], kv_len)
+        return self._forward(ids, pos, mask, plan)
+
+    def decode(self, seqs: list[Sequence]) -> torch.Tensor:
+        """One token for each of ``seqs`` (rows ``0 .. len(seqs)-1``); returns ``[d, vocab]``."""
+        positions = [s.computed for s in seqs]
+        kv_len = max(positions) + 1
+        self.reserve(len(seqs), kv_len)
+        pos = torch.tensor(positions)
+        ids = torch.tensor([[s.last_token] for s in seqs])
+        same = min(positions) == kv_len - 1
+        mask = None
+        if not same or self._window_bites(kv_len):
+            mask = (torch.arange(kv_len)[None, :] <= pos[:, None])[:, None, None, :]
+        plan = WritePlan(0, positions, [1] * len(seqs), kv_len, positions=pos)
+        return self._forward(ids, pos[:, None], mask, plan)
+
+    def _window_bites(self, kv_len: int) -> bool:
+        return self.sliding_window is not None and kv_len > self.sliding_window
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
+                 plan: WritePlan) -> torch.Tensor:
+        assert self.kv is not None
+        attention: Any = mask
+        if self.sliding_window is not None:
+            attention = self._layer_masks(mask, pos, plan.kv_len)
+        out = self.model(input_ids=ids, position_ids=pos, attention_mask=attention,
+                         past_key_values=StepCache(self.kv, plan), use_cache=True, logits_to_keep=1)
+        logits: torch.Tensor = out.logits[:, -1, :]
+        return logits
+
+    def _layer_masks(self, mask: torch.Tensor | None, pos: torch.Tensor, kv_len: int) -> Any:
+        if mask is None:
+            return None
+        assert self.sliding_window is not None
+        t = torch.arange(kv_len)
+        window = t[None, None, :] > (pos[:, :, None] - self.sliding_window)
+        return {"full_attention": mask, "sliding_attention": mask & window[:, None]}
+
+
+def read_limits(model_dir: Path, max_model_len: int, *, max_n: int) -> ModelLimits:
+    """Vocabulary size and eos ids from ``config.json`` / ``generation_config.json`` (no torch
+    work; used before the weights are loaded so requests can be validated at once)."""
+    config = _read_json(model_dir / "config.json")
+    nested = config.get("text_config")
+    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
+    vocab = config.get("vocab_size") or text.get("vocab_size")
+    if not isinstance(vocab, int) or vocab <= 0:
+        raise EngineUnavailable(f"no vocab_size in {model_dir / 'config.json'}")
+    primary = _ids(config.get("eos_token_id", text.get("eos_token_id")))
+    gen = _ids(_read_json(model_dir / "generation_config.json").get("eos_token_id"))
+    eos = primary[0] if primary else None
+    extra = frozenset((set(primary) | set(gen)) - ({eos} if eos is not None else set()))
+    return ModelLimits(vocab_size=vocab, max_model_len=max_model_len, eos_token_id=eos,
+                       extra_eos_ids=extra, max_n=max_n)
+
+
+def _read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
+
+
+def _ids(value: object) -> list[int]:
+    if isinstance(value, int):
+        return [value]
+    if isinstance(value, list):
+        return [v for v in value if isinstance(v, int)]
+    return []

@@ -1,0 +1,318 @@
+"""Continuous-batching scheduler of the local engine: admission, KV rows, step planning (no torch).
+
+The scheduler is a plain object driven by the engine thread; it never touches tensors. It owns
+
+- the **waiting queue** (FIFO, bounded by ``max_waiting``; the engine refuses past it),
+- **admission**: a request enters the running set when its ``n`` sequences fit under
+  ``max_num_seqs``;
+- the **row table**: each running sequence owns one row of the KV store. Decoding sequences
+  hold rows ``0 .. d-1`` and sequences still prefilling the rows right after, so a decode step
+  reads one contiguous slice. Every change that breaks that layout (a sequence finishing, a
+  prefill completing, ``n > 1`` forking) is fixed at once with a few row moves, returned as
+  :class:`KVOp` values that the runner applies before the next forward;
+- **step planning** (:meth:`Scheduler.plan`): every decoding sequence advances one token per
+  step, and prefill work is added under ``max_num_batched_tokens`` (counting the padding of a
+  batched prefill), longest-waiting first, chunking a prompt that does not fit, so a long
+  prompt never stalls running decodes for more than one budget's worth of compute.
+
+Life of a sequence: ``WAITING → PREFILL → DECODE → FINISHED`` (or straight to FINISHED when
+aborted). A request with ``n > 1`` prefills its prompt once, in sequence 0; at the end of the
+prefill the other ``n - 1`` sequences are forked from it (a KV row copy each).
+"""
+
+from __future__ import annotations
+
+import enum
+from collections import deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from engine.local.params import ResolvedParams
+
+
+class SeqState(enum.Enum):
+    WAITING = "waiting"
+    PREFILL = "prefill"
+    DECODE = "decode"
+    FINISHED = "finished"
+
+
+@dataclass(eq=False, slots=True)
+class Sequence:
+    """One choice of one request."""
+
+    group: RequestGroup
+    index: int  # the choice index
+    seed: int
+    output: list[int] = field(default_factory=list)
+    computed: int = 0  # tokens whose keys/values are in the KV store
+    row: int = -1
+    state: SeqState = SeqState.WAITING
+    finish_reason: str | None = None
+    stop_reason: int | str | None = None
+
+    @property
+    def prompt(self) -> list[int]:
+        return self.group.prompt
+
+    @property
+    def length(self) -> int:
+        """Tokens in the sequence so far (prompt + output)."""
+        return len(self.group.prompt) + len(self.output)
+
+    @property
+    def last_token(self) -> int:
+        return self.output[-1] if self.output else self.group.prompt[-1]
+
+
+@dataclass(eq=False, slots=True)
+class RequestGroup:
+    """One request: its prompt, resolved params and ``n`` sequences."""
+
+    request_id: str  # the engine's own key (unique even when clients reuse an id)
+    prompt: list[int]
+    params: ResolvedParams
+    seeds: list[int]
+    external_id: str = ""  # the id the client knows
+    seqs: list[Sequence] = field(default_factory=list)
+    admitted: bool = False  # left the waiting queue; its n sequences count against max_num_seqs
+    aborted: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.seqs:
+            self.seqs = [Sequence(self, i, seed) for i, seed in enumerate(self.seeds)]
+
+    @property
+    def finished(self) -> bool:
+        return all(s.state is SeqState.FINISHED for s in self.seqs)
+
+    @property
+    def completion_tokens(self) -> int:
+        return sum(len(s.output) for s in self.seqs)
+
+
+@dataclass(frozen=True, slots=True)
+class KVOp:
+    """A row operation for the KV store: ``move`` copies ``src``'s first ``length`` positions
+    into ``dst``; ``swap`` exchanges two rows (``length`` covers both)."""
+
+    kind: str  # "move" | "swap"
+    src: int
+    dst: int
+    length: int
+
+
+@dataclass(frozen=True, slots=True)
+class PrefillChunk:
+    seq: Sequence
+    start: int  # first prompt position computed in this chunk
+    count: int
+
+    @property
+    def completes(self) -> bool:
+        return self.start + self.count == len(self.seq.prompt)
+
+
+@dataclass(frozen=True, slots=True)
+class StepPlan:
+    prefill: list[PrefillChunk]
+    decode: list[Sequence]  # in row order: decode[i].row == i
+
+    @property
+    def empty(self) -> bool:
+        return not self.prefill and not self.decode
+
+
+class Overloaded(Exception):
+    """The waiting queue is full (the engine turns this into ``EngineOverloaded``)."""
+
+
+class Scheduler:
+    def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, max_waiting: int) -> None:
+        if max_num_seqs < 1 or max_num_batched_tokens < 1 or max_waiting < 0:
+            raise ValueError("scheduler limits must be positive")
+        self.max_num_seqs = max_num_seqs
+        self.max_num_batched_tokens = max_num_batched_tokens
+        self.max_waiting = max_waiting
+        self.waiting: deque[RequestGroup] = deque()
+        self.groups: dict[str, RequestGroup] = {}
+        self.decoding: list[Sequence] = []  # row i == decoding[i]
+        self.prefilling: list[Sequence] = []  # row len(decoding) + i
+        self.reserved = 0  # sequences of admitted groups not yet holding a row (n > 1 forks)
+        self.pending_ops: list[KVOp] = []
+
+    # --- bookkeeping -----------------------------------------------------------------------
+    @property
+    def live_sequences(self) -> int:
+        """Sequences holding a KV row."""
+        return len(self.decoding) + len(self.prefilling)
+
+    @property
+    def running_groups(self) -> int:
+        return len(self.groups) - len(self.waiting)
+
+    @property
+    def has_work(self) -> bool:
+        return bool(self.waiting or self.decoding or self.prefilling)
+
+    def add(self, group: RequestGroup) -> None:
+        if group.request_id in self.groups:
+            raise ValueError(f"duplicate request id {group.request_id!r}")
+        if len(self.waiting) >= self.max_waiting:
+            raise Overloaded
+        self.groups[group.request_id] = group
+        self.waiting.append(group)
+
+    def take_ops(self) -> list[KVOp]:
+        ops, self.pending_ops = self.pending_ops, []
+        return ops
+
+    # --- planning --------------------------------------------------------------------------
+    def plan(self) -> StepPlan:
+        """What the next step computes. Admits waiting requests as room allows."""
+        decode = list(self.decoding)
+        budget = max(self.max_num_batched_tokens - len(decode), self.max_num_batched_tokens // 4, 1)
+        chunks: list[PrefillChunk] = []
+        width = 0  # longest chunk in the batch (the batch is padded to it)
+
+        def fit(seq: Sequence) -> bool:
+            nonlocal width
+            remaining = len(seq.prompt) - seq.computed
+            if not chunks:
+                count = min(remaining, budget)
+            else:
+                if (len(chunks) + 1) * max(width, remaining) > budget:
+                    return False
+                count = remaining
+            chunks.append(PrefillChunk(seq, seq.computed, count))
+            width = max(width, count)
+            return True
+
+        for seq in self.prefilling:  # already started (chunked) prompts first, in row order
+            if not fit(seq):
+                break
+        else:
+            while self.waiting:
+                group = self.waiting[0]
+                if self.live_sequences + self.reserved + len(group.seqs) > self.max_num_seqs:
+                    break
+                first = group.seqs[0]
+                if chunks and (len(chunks) + 1) * max(width, len(group.prompt)) > budget:
+                    break
+                self.waiting.popleft()
+                group.admitted = True
+                self._start_prefill(first)
+                self.reserved += len(group.seqs) - 1
+                fit(first)
+        return StepPlan(prefill=chunks, decode=decode)
+
+    def _start_prefill(self, seq: Sequence) -> None:
+        seq.state = SeqState.PREFILL
+        seq.row = len(self.decoding) + len(self.prefilling)
+        self.prefilling.append(seq)
+
+    # --- transitions driven by the engine after a step -------------------------------------
+    def prefill_done(self, chunk: PrefillChunk) -> list[Sequence]:
+        """Record a computed chunk. When it completes the prompt, the sequence (and its n-1
+        forks) start decoding; returns the sequences that now need their first token."""
+        seq = chunk.seq
+        seq.computed = chunk.start + chunk.count
+        if not chunk.completes or seq.state is not SeqState.PREFILL:
+            return []
+        self._promote(seq)
+        forks = [s for s in seq.group.seqs if s is not seq and s.state is SeqState.WAITING]
+        for child in forks:
+            self._fork(seq, child)
+        self.reserved -= len(forks)
+        return [seq, *forks]
+
+    def _promote(self, seq: Sequence) -> None:
+        d = len(self.decoding)
+        first = self.prefilling[0]
+        if first is not seq:  # swap rows so prefilling stays right after decoding
+            self.pending_ops.append(KVOp("swap", seq.row, first.row, max(seq.computed, first.computed)))
+            i = self.prefilling.index(seq)
+            self.prefilling[0], self.prefilling[i] = seq, first
+            first.row, seq.row = seq.row, first.row
+        self.prefilling.pop(0)
+        seq.row = d
+        seq.state = SeqState.DECODE
+        self.decoding.append(seq)
+        for i, other in enumerate(self.prefilling):
+            other.row = d + 1 + i
+
+    def _fork(self, parent: Sequence, child: Sequence) -> None:
+        d = len(self.decoding)
+        if self.prefilling:  # make room at row d: move the first prefilling row to the end
+            first = self.prefilling.pop(0)
+            new_row = d + 1 + len(self.prefilling)
+            self.pending_ops.append(KVOp("move", first.row, new_row, first.computed))
+            first.row = new_row
+            self.prefilling.append(first)
+        self.pending_ops.append(KVOp("move", parent.row, d, parent.computed))
+        child.row = d
+        child.computed = parent.computed
+        child.state = SeqState.DECODE
+        self.decoding.append(child)
+
+    def finish(self, seq: Sequence, reason: str, stop_reason: int | str | None = None) -> None:
+        """Mark ``seq`` finished and give its row back at once."""
+        if seq.state is SeqState.FINISHED:
+            return
+        seq.finish_reason, seq.stop_reason = reason, stop_reason
+        if seq.state is SeqState.DECODE:
+            self._free_decode_row(seq)
+        elif seq.state is SeqState.PREFILL:
+            self._free_prefill_row(seq)
+        elif seq.state is SeqState.WAITING and seq.group.admitted:
+            self.reserved -= 1  # an admitted group's fork that never got a row
+        seq.state = SeqState.FINISHED
+        seq.row = -1
+        group = seq.group
+        if group.finished:
+            self.groups.pop(group.request_id, None)
+            if group in self.waiting:
+                self.waiting.remove(group)
+
+    def _free_decode_row(self, seq: Sequence) -> None:
+        r = seq.row
+        last = self.decoding.pop()
+        if last is not seq:  # the last decoding row fills the hole
+            self.pending_ops.append(KVOp("move", last.row, r, last.computed))
+            last.row = r
+            self.decoding[r] = last
+        if self.prefilling:  # the last prefilling row fills the new hole at the end of decoding
+            hole = len(self.decoding)
+            tail = self.prefilling.pop()
+            self.pending_ops.append(KVOp("move", tail.row, hole, tail.computed))
+            tail.row = hole
+            self.prefilling.insert(0, tail)
+
+    def _free_prefill_row(self, seq: Sequence) -> None:
+        i = self.prefilling.index(seq)
+        last = self.prefilling.pop()
+        if last is not seq:
+            self.pending_ops.append(KVOp("move", last.row, seq.row, last.computed))
+            last.row = seq.row
+            self.prefilling[i] = last
+
+    def abort(self, request_ids: Iterable[str]) -> list[RequestGroup]:
+        """Finish every sequence of these requests with "abort"; unknown ids are ignored."""
+        out = []
+        for rid in request_ids:
+            group = self.groups.get(rid)
+            if group is None:
+                continue
+            group.aborted = True
+            for seq in group.seqs:
+                self.finish(seq, "abort")
+            out.append(group)
+        return out
+
+    def check(self) -> None:
+        """Assert the row layout invariant (used by tests)."""
+        for i, s in enumerate(self.decoding):
+            assert s.row == i and s.state is SeqState.DECODE, (i, s.row, s.state)
+        d = len(self.decoding)
+        for i, s in enumerate(self.prefilling):
+            assert s.row == d + i and s.state is SeqState.PREFILL, (d + i, s.row, s.state)
