@@ -34,8 +34,8 @@ _LITERAL_STARTS = frozenset("tfnNI")
 _SIMPLE_ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
 _HEX = frozenset("0123456789abcdefABCDEF")
 
-# Nesting deeper than this is refused (json.loads hits Python's recursion limit near 1000).
-MAX_DEPTH = 500
+# Nesting deeper than this is refused (json.loads hits Python's recursion limit a little under 1000).
+MAX_DEPTH = 900
 
 # Frame codes on the container stack.
 #   object: "o" after "{" (key or "}"), "k" after "," (key), ":" after a key, "v" after ":" (value),
