@@ -71,9 +71,12 @@ class ThinkReasoningParser(ReasoningParser):
         return (self.end_tag,) if self._start_seen else (self.end_tag, self.start_tag)
 
     def _process(self, text: str, final: bool) -> ParsedDelta:
-        buf, self._buf = self._buf + text, ""
         if self._mode == "content":
+            buf, self._buf = self._buf + text, ""
             return ParsedDelta(content=buf)
+        if not self._buf and "<" not in text:  # every tag starts with "<": plain reasoning
+            return ParsedDelta(reasoning=text)
+        buf, self._buf = self._buf + text, ""
         reasoning: list[str] = []
         i, n = 0, len(buf)
         while True:

@@ -64,6 +64,10 @@ class HermesToolParser(StreamingToolParser):
         self._mode, self._raw, self._obj = "raw", "", None
 
     def _process(self, text: str, final: bool) -> None:
+        if not self._buf and "<" not in text and self._mode in ("text", "between"):
+            if self._mode == "text":  # no marker can start here: plain content
+                self._content(text)
+            return
         buf, self._buf = self._buf + text, ""
         i, n = 0, len(buf)
         while True:
