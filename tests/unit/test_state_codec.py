@@ -18,8 +18,8 @@ BIND = StateBinding("chatcmpl-abc", 0, context_digest("chat", {"messages": []}, 
 BODY = {"t": 1700000000, "st": {"d": ["b"], "n": 12, "tp": {"b": '{"city": "Par'}}}
 
 
-def _codec(secret: bytes = SECRET, **kw: int) -> StateCodec:
-    return StateCodec.from_secret(secret, **kw)
+def _codec(secret: bytes = SECRET, max_bytes: int = 64 * 1024) -> StateCodec:
+    return StateCodec.from_secret(secret, max_bytes=max_bytes)
 
 
 def _reason(token: object, codec: StateCodec | None = None, binding: StateBinding = BIND) -> str:
