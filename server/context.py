@@ -38,7 +38,7 @@ class ServerContext:
     max_model_len: int
     engine: Engine | None = None
     _services: dict[Callable[..., Any], Any] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)  # factories may use other services
 
     @property
     def model_name(self) -> str:
