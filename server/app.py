@@ -28,6 +28,7 @@ ROUTE_MODULES = (
     "server.routes.common",
     "server.routes.render",
     "server.routes.derender",
+    "server.routes.generate",
 )
 # Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
 WEBSOCKET_MODULES: tuple[str, ...] = ()

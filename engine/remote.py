@@ -1,0 +1,350 @@
+"""``RemoteEngine``: the :class:`~engine.interface.Engine` interface over HTTP to any
+vLLM-compatible tokens-only engine (``tokenwire serve --tokens-only``, ``vllm serve --tokens-only``,
+llm-d, Dynamo…). No torch.
+
+- ``generate`` posts the request to ``/inference/v1/generate`` with ``stream: true`` and
+  ``stream_options.include_usage``, and yields one :class:`EngineOutput` per SSE event; the last
+  one has ``finished=True`` and the usage. A remote that answers plain JSON instead is accepted too.
+- Leaving the iteration early closes the stream and posts ``/abort_requests`` for the id (vLLM
+  0.32 also serves ``/inference/v1/abort_requests``; we fall back to it on a 404).
+- Failures are :mod:`engine.errors` values with messages for the client, never exception text:
+  unreachable or failing remote → :class:`EngineUnavailable` (502); no answer within the connect or
+  read timeout → :class:`EngineTimeout` (504); a 400 from the remote → :class:`InvalidGenerateRequest`
+  with the remote's message; a 503 → :class:`EngineOverloaded`; an answer that is not the vLLM
+  shape → :class:`EngineUnavailable` saying what was wrong.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import httpx
+import orjson
+from pydantic import ValidationError
+
+from engine.errors import (
+    EngineError,
+    EngineOverloaded,
+    EngineTimeout,
+    EngineUnavailable,
+    InvalidGenerateRequest,
+)
+from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
+from engine.protocol import GenerateRequest, GenerateResponse, GenerateStreamResponse, TokenLogprob, UsageInfo
+
+log = logging.getLogger("tokenwire.remote")
+
+GENERATE_PATH = "/inference/v1/generate"
+ABORT_PATHS = ("/abort_requests", "/inference/v1/abort_requests")
+MAX_ERROR_MESSAGE = 500
+
+
+class RemoteEngine(Engine):
+    def __init__(self, base_url: str, *, model_name: str, max_model_len: int, connect_timeout: float = 5.0,
+                 read_timeout: float = 300.0, abort_timeout: float = 5.0, max_connections: int = 1024,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+        self.connect_timeout = connect_timeout
+        self.read_timeout = read_timeout
+        self.abort_timeout = abort_timeout
+        self._limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=64)
+        self._transport = transport
+        self._client: httpx.AsyncClient | None = None
+        self._abort_path: str | None = None
+        self._in_flight: dict[str, int] = {}
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        self._http()
+        health = await self.health()
+        if not health.ok:
+            log.warning("remote engine %s is not healthy yet: %s", self.base_url, health.detail)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.aclose()
+            self._client = None
+
+    def _http(self) -> httpx.AsyncClient:
+        if self._client is None:
+            timeout = httpx.Timeout(connect=self.connect_timeout, read=self.read_timeout,
+                                    write=self.connect_timeout, pool=self.read_timeout)
+            self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=self._limits,
+                                             transport=self._transport, trust_env=False)
+        return self._client
+
+    # --- the Engine interface --------------------------------------------------------------
+    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        return self._generate(request)
+
+    async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        rid = request.request_id or secrets.token_hex(8)
+        body = request.to_wire()
+        body.update(request_id=rid, stream=True,
+                    stream_options={**(body.get("stream_options") or {}), "include_usage": True})
+        n = request.sampling_params.n
+        started = finished = False
+        self._in_flight[rid] = self._in_flight.get(rid, 0) + 1
+        try:
+            async with self._call("POST", GENERATE_PATH, body) as response:
+                await self._check_status(response)
+                started = True
+                ctype = response.headers.get("content-type", "")
+                if "text/event-stream" not in ctype:
+                    yield self._from_json(await self._read(response), rid)
+                    finished = True
+                    return
+                async for out in self._from_sse(response, rid, n):
+                    finished = finished or out.finished
+                    yield out
+                if not finished:
+                    raise EngineUnavailable("The remote engine ended the stream before the request finished.")
+        finally:
+            left = self._in_flight.get(rid, 1) - 1
+            if left:
+                self._in_flight[rid] = left
+            else:
+                self._in_flight.pop(rid, None)
+            if started and not finished:
+                await self._abort_quietly([rid])
+
+    async def abort(self, request_ids: Sequence[str]) -> None:
+        if request_ids:
+            await self._abort_quietly(list(request_ids))
+
+    async def health(self) -> EngineHealth:
+        stats = {"url": self.base_url, "in_flight": self.live_sequences()}
+        try:
+            r = await self._http().get("/health", timeout=min(self.connect_timeout, 5.0))
+        except httpx.HTTPError as exc:
+            return EngineHealth(ok=False, detail=f"remote engine unreachable ({_describe(exc)})", stats=stats)
+        if r.status_code != 200:
+            return EngineHealth(ok=False, detail=f"remote engine health is HTTP {r.status_code}", stats=stats)
+        return EngineHealth(ok=True, stats=stats)
+
+    def live_sequences(self) -> int:
+        """Requests this client has in flight at the remote."""
+        return sum(self._in_flight.values())
+
+    # --- HTTP ------------------------------------------------------------------------------
+    def _call(self, method: str, path: str, body: dict[str, Any]) -> _Call:
+        return _Call(self, method, path, body)
+
+    async def _check_status(self, response: httpx.Response) -> None:
+        status = response.status_code
+        if status == 200:
+            return
+        body = await self._read(response, limit=65536)
+        message = _error_message(body)
+        if status == 400:
+            raise InvalidGenerateRequest(message or "The remote engine rejected the request.",
+                                         param=_error_param(body))
+        if status == 404:
+            raise EngineUnavailable(f"The remote engine at {self.base_url} does not serve this request "
+                                    f"(HTTP 404{': ' + message if message else ''}).")
+        if status in (429, 503):
+            raise EngineOverloaded(message or "The remote engine is overloaded; retry later.")
+        raise EngineUnavailable(f"The remote engine at {self.base_url} failed (HTTP {status}).")
+
+    async def _read(self, response: httpx.Response, limit: int = 64 * 1024 * 1024) -> bytes:
+        data = bytearray()
+        try:
+            async for part in response.aiter_bytes():
+                data += part
+                if len(data) > limit:
+                    break
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        return bytes(data)
+
+    def _transport_error(self, exc: httpx.HTTPError) -> EngineError:
+        if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
+            return EngineTimeout(f"The remote engine at {self.base_url} did not accept a connection within "
+                                 f"{self.connect_timeout:g} s.")
+        if isinstance(exc, httpx.TimeoutException):
+            return EngineTimeout(f"The remote engine at {self.base_url} did not answer within "
+                                 f"{self.read_timeout:g} s.")
+        if isinstance(exc, httpx.ConnectError):
+            return EngineUnavailable(f"Cannot reach the remote engine at {self.base_url} (connection failed).")
+        return EngineUnavailable(f"The connection to the remote engine at {self.base_url} failed "
+                                 f"({_describe(exc)}).")
+
+    def _garbage(self, what: str) -> EngineUnavailable:
+        return EngineUnavailable(f"The remote engine at {self.base_url} sent an invalid answer: {what}.")
+
+    async def _abort_quietly(self, request_ids: list[str]) -> None:
+        import anyio
+
+        with anyio.move_on_after(self.abort_timeout, shield=True):
+            paths = [self._abort_path] if self._abort_path else list(ABORT_PATHS)
+            for path in paths:
+                try:
+                    r = await self._http().post(path, json={"request_ids": request_ids},
+                                                timeout=self.abort_timeout)
+                except httpx.HTTPError as exc:
+                    log.warning("abort at %s failed: %s", self.base_url, _describe(exc))
+                    return
+                if r.status_code != 404:
+                    self._abort_path = path
+                    return
+
+    # --- decoding answers ------------------------------------------------------------------
+    async def _from_sse(self, response: httpx.Response, rid: str, n: int) -> AsyncIterator[EngineOutput]:
+        done_choices: set[int] = set()
+        held: EngineOutput | None = None  # the output that finished every choice, until the usage
+        completion = 0
+        prompt_tokens: int | None = None
+        try:
+            async for data in _sse_data(response):
+                if data == "[DONE]":
+                    break
+                chunk = self._parse_chunk(data)
+                if chunk is None:  # an error event from the remote
+                    raise self._remote_stream_error(data)
+                if chunk.usage is not None and not chunk.choices:
+                    prompt_tokens = chunk.usage.prompt_tokens
+                    if held is not None:
+                        held.usage = chunk.usage
+                    continue
+                out = EngineOutput(rid, [self._delta(c) for c in chunk.choices])
+                completion += sum(len(c.token_ids) for c in out.choices)
+                done_choices |= {c.index for c in out.choices if c.finish_reason is not None}
+                if len(done_choices) >= n:
+                    held = out
+                    held.usage = chunk.usage
+                    continue
+                yield out
+        except httpx.HTTPError as exc:
+            raise self._transport_error(exc) from None
+        if held is None:
+            return
+        held.finished = True
+        if held.usage is None:
+            held.usage = UsageInfo.of(prompt_tokens or 0, completion)
+        yield held
+
+    def _parse_chunk(self, data: str) -> GenerateStreamResponse | None:
+        try:
+            obj = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise self._garbage("an SSE event that is not JSON") from None
+        if isinstance(obj, dict) and "error" in obj and "choices" not in obj:
+            return None
+        try:
+            return GenerateStreamResponse.model_validate(_modern_logprobs(obj))
+        except ValidationError:
+            raise self._garbage("an SSE event that is not a generate stream chunk") from None
+
+    def _remote_stream_error(self, data: str) -> EngineError:
+        message = _error_message(data.encode())
+        return EngineUnavailable(f"The remote engine failed mid-stream{': ' + message if message else ''}.")
+
+    def _from_json(self, body: bytes, rid: str) -> EngineOutput:
+        try:
+            resp = GenerateResponse.model_validate(_modern_logprobs(orjson.loads(body)))
+        except (orjson.JSONDecodeError, ValidationError):
+            raise self._garbage("a body that is neither an SSE stream nor a generate response") from None
+        choices = [self._delta(c) for c in resp.choices]
+        usage = resp.usage or UsageInfo.of(0, sum(len(c.token_ids) for c in choices))
+        return EngineOutput(rid, choices, finished=True, usage=usage)
+
+    @staticmethod
+    def _delta(choice: Any) -> ChoiceDelta:
+        logprobs: list[TokenLogprob] | None = None
+        if choice.logprobs is not None:
+            logprobs = list(choice.logprobs.content)
+        return ChoiceDelta(choice.index, list(choice.token_ids or []), logprobs, choice.finish_reason,
+                           choice.stop_reason)
+
+
+class _Call:
+    """``async with engine._call(...) as response`` — a streamed request whose transport errors
+    are already translated into engine errors."""
+
+    def __init__(self, engine: RemoteEngine, method: str, path: str, body: dict[str, Any]) -> None:
+        self.engine = engine
+        self.request = engine._http().build_request(method, path, content=orjson.dumps(body),
+                                                    headers={"content-type": "application/json",
+                                                             "accept": "text/event-stream"})
+        self.response: httpx.Response | None = None
+
+    async def __aenter__(self) -> httpx.Response:
+        try:
+            self.response = await self.engine._http().send(self.request, stream=True)
+        except httpx.HTTPError as exc:
+            raise self.engine._transport_error(exc) from None
+        return self.response
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.response is not None:
+            import anyio
+
+            with anyio.CancelScope(shield=True):
+                await self.response.aclose()
+
+
+async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
+    """The ``data`` of each server-sent event (multi-line data joined with newlines)."""
+    lines: list[str] = []
+    async for line in response.aiter_lines():
+        if not line:
+            if lines:
+                yield "\n".join(lines)
+                lines = []
+            continue
+        if line.startswith(":"):
+            continue
+        field, _, value = line.partition(":")
+        if field == "data":
+            lines.append(value[1:] if value.startswith(" ") else value)
+    if lines:
+        yield "\n".join(lines)
+
+
+def _modern_logprobs(obj: Any) -> Any:
+    """Accept older vLLM logprob entries (``"token": "token_id:N"``) as 0.32's integer ``token_id``."""
+    if not isinstance(obj, dict):
+        return obj
+    for choice in obj.get("choices") or ():
+        content = ((choice or {}).get("logprobs") or {}).get("content") if isinstance(choice, dict) else None
+        for entry in content or ():
+            for item in [entry, *(entry.get("top_logprobs") or [])] if isinstance(entry, dict) else ():
+                if isinstance(item, dict) and "token_id" not in item and isinstance(item.get("token"), str):
+                    prefix, _, num = item["token"].partition(":")
+                    if prefix == "token_id" and num.isdigit():
+                        item["token_id"] = int(num)
+    return obj
+
+
+def _error_message(body: bytes) -> str:
+    """The ``error.message`` of an OpenAI-style error body, shortened; "" when there is none."""
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return ""
+    message: Any = None
+    if isinstance(obj, dict):
+        err = obj.get("error")
+        message = err.get("message") if isinstance(err, dict) else obj.get("message") or obj.get("detail")
+    if not isinstance(message, str):
+        return ""
+    return message[:MAX_ERROR_MESSAGE]
+
+
+def _error_param(body: bytes) -> str | None:
+    try:
+        obj = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return None
+    err = obj.get("error") if isinstance(obj, dict) else None
+    param = err.get("param") if isinstance(err, dict) else None
+    return param if isinstance(param, str) else None
+
+
+def _describe(exc: httpx.HTTPError) -> str:
+    return type(exc).__name__
