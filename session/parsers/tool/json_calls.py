@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from typing import Any, Protocol
 
-from .json_stream import JSON_WS, JsonValueStreamer
+from .json_stream import JSON_WS, JsonValueStreamer, without_lone_surrogates
 
 
 class CallSink(Protocol):
@@ -174,6 +174,7 @@ class CallObjectParser:
             if not isinstance(name, str):
                 self._phase = "failed"
                 return
+            name = without_lone_surrogates(name)  # a name must survive UTF-8 encoding
             if not self.committed:  # json.loads keeps the last "name"; so do we until committed
                 self.name = name
         elif self._role == "args":

@@ -6,6 +6,8 @@ form vLLM's non-streaming parsers return for tool-call arguments. Concatenating 
 emitted therefore gives exactly the string a one-shot ``json.loads`` + ``json.dumps`` would give,
 for any split of the input.
 
+(One exception: a lone surrogate escape stays escaped, see ``_esc``.)
+
 It accepts exactly what Python's ``json.loads`` accepts (strict strings, ``NaN`` / ``Infinity``
 / ``-Infinity``, JSON whitespace only) and reports the first character that ``json.loads`` would
 reject, so a caller can tell early that a block is malformed. Its state is small and JSON-ready
@@ -44,9 +46,23 @@ MAX_DEPTH = 900
 _EXPECT_VALUE = frozenset("vaw")
 
 
+_LONE_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def without_lone_surrogates(text: str) -> str:
+    """``text`` with any lone surrogate replaced by U+FFFD (for names, which are not JSON)."""
+    return _LONE_SURROGATE.sub("\ufffd", text)
+
+
 def _esc(text: str) -> str:
-    """The body of ``json.dumps(text, ensure_ascii=False)`` (without the quotes)."""
-    return json.dumps(text, ensure_ascii=False)[1:-1]
+    """The body of ``json.dumps(text, ensure_ascii=False)`` (without the quotes), except that a
+    lone surrogate (``"\\ud83d"`` not followed by its pair) stays escaped: ``json.dumps`` would
+    put the raw code point in the string, which no UTF-8 encoder (orjson, the HTTP response)
+    accepts. The escaped form is still valid JSON and ``json.loads`` reads the same value."""
+    body = json.dumps(text, ensure_ascii=False)[1:-1]
+    if _LONE_SURROGATE.search(body) is None:
+        return body
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", body)
 
 
 def canonical_number(text: str) -> str | None:
