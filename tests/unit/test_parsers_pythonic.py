@@ -28,6 +28,7 @@ VECTORS: list[tuple[str, str, Split]] = [
     ("strings with brackets, commas and quotes",
      '[f(a="x, y)]", b=\'it\\\'s\', c="""tri\'\'ple "q" """)]',
      Split(calls=(("f", '{"a": "x, y)]", "b": "it\'s", "c": "tri\'\'ple \\"q\\" "}'),))),
+    ("a lone surrogate stays escaped", '[f(s="\\ud83d")]', Split(calls=(("f", '{"s": "\\ud83d"}'),))),
     ("unicode", '[translate(text="東京 😀", to="ja")]', Split(calls=(("translate", '{"text": "東京 😀", "to": "ja"}'),))),
     ("spread over lines with a comment", "[\n  f(\n    a=1,  # the first\n    b=2,\n  ),\n  g()\n]",
      Split(calls=(("f", '{"a": 1, "b": 2}'), ("g", "{}")))),

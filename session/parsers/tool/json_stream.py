@@ -59,10 +59,14 @@ def _esc(text: str) -> str:
     lone surrogate (``"\\ud83d"`` not followed by its pair) stays escaped: ``json.dumps`` would
     put the raw code point in the string, which no UTF-8 encoder (orjson, the HTTP response)
     accepts. The escaped form is still valid JSON and ``json.loads`` reads the same value."""
-    body = json.dumps(text, ensure_ascii=False)[1:-1]
-    if _LONE_SURROGATE.search(body) is None:
-        return body
-    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", body)
+    return escape_lone_surrogates(json.dumps(text, ensure_ascii=False)[1:-1])
+
+
+def escape_lone_surrogates(json_text: str) -> str:
+    """JSON text with any raw lone surrogate written as its ``\\uXXXX`` escape."""
+    if _LONE_SURROGATE.search(json_text) is None:
+        return json_text
+    return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
 
 
 def canonical_number(text: str) -> str | None:

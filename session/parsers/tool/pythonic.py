@@ -21,6 +21,7 @@ import json
 import re
 from typing import Any
 
+from .json_stream import escape_lone_surrogates
 from .streaming import StreamingToolParser
 
 _PY_WS = " \t\r\n\f"
@@ -54,7 +55,7 @@ def keyword_argument(segment: str) -> tuple[str, str] | None:
         kw = call.keywords[0]
         if kw.arg is None:
             return None
-        return kw.arg, json.dumps(_literal(kw.value), ensure_ascii=False)
+        return kw.arg, escape_lone_surrogates(json.dumps(_literal(kw.value), ensure_ascii=False))
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, _NotLiteral):
         return None
 
