@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from engine.protocol import GenerateResponse, TokenLogprob
@@ -43,14 +42,19 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
             "completion_tokens_details": None}
 
 
-@dataclass(slots=True)
 class ChatStep:
-    """The result of one push for one choice."""
+    """The result of one push for one choice: the chunk to send (``None`` when there is nothing
+    new), the piece it was built from, whether to stop the engine for this choice (a stop string
+    matched) and whether the choice is finished."""
 
-    chunk: dict[str, Any] | None  # the chunk to send; None when there is nothing new
-    piece: Piece
-    stop_engine: bool = False  # a stop string matched: stop generating this choice now
-    finished: bool = False
+    __slots__ = ("chunk", "finished", "piece", "stop_engine")
+
+    def __init__(self, chunk: dict[str, Any] | None, piece: Piece, stop_engine: bool = False,
+                 finished: bool = False) -> None:
+        self.chunk = chunk
+        self.piece = piece
+        self.stop_engine = stop_engine
+        self.finished = finished
 
 
 def _delta_tool_calls(salt: str, calls: Sequence[ToolCallDelta]) -> list[dict[str, Any]]:
@@ -119,13 +123,14 @@ class ChatDerenderer:
              always: bool = False) -> ChatStep:
         """Derender the next ids of choice ``index``. Returns the chunk to send (``None`` when
         nothing is new, unless ``always``)."""
-        stream = self.stream(index)
+        stream = self.streams.get(index) or self.stream(index)
         piece = stream.push(token_ids, finish_reason, stop_reason)
-        first = not stream.started
         lp = None
         if logprobs and self.want_logprobs:
             lp = chat_logprobs(self.spec.table, logprobs[: piece.counted], self.top_logprobs)
-        if not (piece or first or lp or always):
+        first = not stream.started
+        if not (first or always or lp or piece.content or piece.reasoning or piece.tool_calls
+                or piece.finish_reason):
             return ChatStep(None, piece)
         stream.started = True
         delta: dict[str, Any] = {"role": "assistant" if first else None, "content": piece.content or None,

@@ -58,20 +58,29 @@ class StreamSpec:
     prompt_tail: tuple[int, ...] = ()
 
 
-@dataclass(slots=True)
 class Piece:
-    """What one push produced for one choice."""
+    """What one push produced for one choice. (A plain slotted class: one is made per engine step
+    of every stream, so it must be cheap.)"""
 
-    content: str = ""
-    reasoning: str = ""
-    tool_calls: list[ToolCallDelta] = field(default_factory=list)
-    counted: int = 0  # how many of the pushed ids count (all, unless a stop string cut the chunk)
-    finish_reason: str | None = None
-    stop_reason: int | str | None = None
-    stop_engine: bool = False  # a stop string matched: the engine should stop this choice now
+    __slots__ = ("content", "counted", "finish_reason", "reasoning", "stop_engine", "stop_reason", "tool_calls")
+
+    def __init__(self, content: str = "", reasoning: str = "", tool_calls: Sequence[ToolCallDelta] = (),
+                 counted: int = 0, finish_reason: str | None = None, stop_reason: int | str | None = None,
+                 stop_engine: bool = False) -> None:
+        self.content = content
+        self.reasoning = reasoning
+        self.tool_calls = tool_calls
+        self.counted = counted  # how many of the pushed ids count (all, unless a stop string cut the chunk)
+        self.finish_reason = finish_reason
+        self.stop_reason = stop_reason
+        self.stop_engine = stop_engine  # a stop string matched: the engine should stop this choice now
 
     def __bool__(self) -> bool:
         return bool(self.content or self.reasoning or self.tool_calls or self.finish_reason)
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
+        return f"Piece({fields})"
 
 
 class ChoiceStream:
@@ -177,6 +186,8 @@ class ChoiceStream:
         held is flushed and further pushes are refused."""
         if self.finished:
             raise DerenderError(f"choice {self.index} already finished; a finished stream takes no more tokens.")
+        if finish_reason is None and not final and self.held is None and self.stops is None:
+            return self._push_plain(ids)
         spec = self.spec
         finishing = finish_reason is not None or final
         n_in = len(ids)
@@ -240,6 +251,27 @@ class ChoiceStream:
                 piece.finish_reason, piece.stop_reason = finish_reason, stop_reason
             if piece.finish_reason == "stop" and spec.tool_calls_finish and self.calls_made:
                 piece.finish_reason = "tool_calls"
+        return piece
+
+    def _push_plain(self, ids: Sequence[int]) -> Piece:
+        """The common step (no stop strings, nothing held, not the end), kept short: it runs once
+        per engine step of every stream."""
+        n = len(ids)
+        self.count += n
+        if not n:
+            return Piece()
+        if ids[-1] in self.spec.hold_ids:
+            self.held = ids[-1]
+            ids = ids[:-1]
+            if not ids:
+                return Piece(counted=n)
+        text = self.detok.push(ids)
+        if not text:
+            return Piece(counted=n)
+        if self.reasoning is None and self.tool is None:
+            return Piece(content=text, counted=n)
+        piece = self._parse(text, False)
+        piece.counted = n
         return piece
 
     def _parse(self, text: str, done: bool) -> Piece:

@@ -9,7 +9,6 @@ leads the first chunk of each choice (and the non-streaming text).
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from engine.protocol import GenerateResponse, TokenLogprob
@@ -20,12 +19,17 @@ from session.derender.logprobs import completion_logprobs
 __all__ = ["CompletionDerenderer", "CompletionStep", "completion_response"]
 
 
-@dataclass(slots=True)
 class CompletionStep:
-    chunk: dict[str, Any] | None
-    piece: Piece
-    stop_engine: bool = False
-    finished: bool = False
+    """As :class:`~session.derender.chat.ChatStep`, for completions."""
+
+    __slots__ = ("chunk", "finished", "piece", "stop_engine")
+
+    def __init__(self, chunk: dict[str, Any] | None, piece: Piece, stop_engine: bool = False,
+                 finished: bool = False) -> None:
+        self.chunk = chunk
+        self.piece = piece
+        self.stop_engine = stop_engine
+        self.finished = finished
 
 
 class CompletionDerenderer:

@@ -131,6 +131,12 @@ def _sentencepiece_style() -> Tokenizer:
     return tok
 
 
+def vocab_id(tok: Tokenizer, piece: str) -> int:
+    i = tok.token_to_id(piece)
+    assert i is not None
+    return i
+
+
 def test_window_algorithm_keeps_the_leading_space_of_the_first_output_token() -> None:
     tok = _sentencepiece_style()
     table = TokenTable(tok)
@@ -148,7 +154,7 @@ def test_window_algorithm_keeps_the_leading_space_of_the_first_output_token() ->
 def test_window_state_stays_bounded_on_output_that_never_completes_a_character() -> None:
     tok = _sentencepiece_style()
     table = TokenTable(tok)
-    lone_byte = tok.token_to_id("<0xF0>")  # a 4-byte lead, repeated: never a character
+    lone_byte = vocab_id(tok, "<0xF0>")  # a 4-byte lead, repeated: never a character
     det = new_detokenizer(table, skip_special_tokens=True)
     for _ in range(10 * MAX_PENDING):
         det.push([lone_byte])
