@@ -124,7 +124,7 @@ def test_a_tampered_state_is_a_400_that_names_the_problem(client: TestClient, id
 
 
 def test_a_state_from_another_request_is_refused(client: TestClient, ids: dict[str, list[int]]) -> None:
-    body = {"stream": True, "prompt_token_ids": ids["prompt"], "chat_request": CHAT_REQUEST,
+    body: dict[str, Any] = {"stream": True, "prompt_token_ids": ids["prompt"], "chat_request": CHAT_REQUEST,
             "generate_chunk": {"request_id": "chatcmpl-a", "choices": [{"index": 0, "token_ids": ids["output"][:3]}]}}
     state = client.post(CHAT, json=body).json()["stream_state"]
     body["generate_chunk"]["request_id"] = "chatcmpl-b"
