@@ -31,7 +31,7 @@ ROUTE_MODULES = (
     "server.routes.generate",
 )
 # Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
-WEBSOCKET_MODULES: tuple[str, ...] = ()
+WEBSOCKET_MODULES: tuple[str, ...] = ("server.ws",)
 
 # Paths anyone may read without an API key.
 PUBLIC_PATHS = frozenset({"/health", "/version", "/", "/openapi.json"})

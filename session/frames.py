@@ -105,13 +105,14 @@ class Generate(_ClientFrame):
 class Derender(_ClientFrame):
     type: Literal["derender"] = "derender"
     id: RequestId
-    kind: Kind
+    kind: Literal["chat", "completion"]
     body: dict[str, Any]
 
 
 class Resume(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    request_id: RequestId  # the id of the interrupted stream (its chunks' ``id``)
     checkpoint: Annotated[str, Field(min_length=1, max_length=MAX_CHECKPOINT_CHARS)]
     output_token_ids: list[NonNegativeInt]
 

@@ -20,7 +20,7 @@ def test_every_client_frame_round_trips_through_its_encoding() -> None:
         f.Render(id="r", kind="messages", body={"messages": []}),
         f.Generate(id="g", event_id="e", body={"token_ids": [1]}),
         f.Derender(id="d", kind="completion", body={"stream_state": None}),
-        f.Chat(id="c", body={}, resumable=True, resume=f.Resume(checkpoint="x", output_token_ids=[1])),
+        f.Chat(id="c", body={}, resumable=True, resume=f.Resume(request_id="chatcmpl-1", checkpoint="x", output_token_ids=[1])),
         f.Completion(id="k", body={"prompt": "a"}),
         f.Messages(id="m", body={}),
         f.Cancel(id="c"),
@@ -40,7 +40,9 @@ def test_decode_accepts_str_as_well_as_bytes() -> None:
     (b'{"type": "chat", "id": "", "body": {}}', "id"),
     (b'{"type": "chat", "id": "' + b"x" * 129 + b'", "body": {}}', "id"),
     (b'{"type": "render", "id": "r", "kind": "embeddings", "body": {}}', "kind"),
-    (b'{"type": "chat", "id": "c", "body": {}, "resume": {"checkpoint": "x", "output_token_ids": [-1]}}',
+    (b'{"type": "derender", "id": "d", "kind": "messages", "body": {}}', "kind"),
+    (b'{"type": "chat", "id": "c", "body": {}, "resume": {"request_id": "q", "checkpoint": "x", '
+     b'"output_token_ids": [-1]}}',
      "resume.output_token_ids.0"),
     (b'{"type": "ping", "event_id": 5}', "event_id"),
 ])

@@ -285,12 +285,12 @@ def test_resumable_comes_from_the_frame_then_the_session_and_a_resume_implies_it
     pair = Pair.open(script=hold)
     pair.send(f.Chat(id="a", body={}))
     pair.send(f.Chat(id="b", body={}, resumable=True))
-    resume = f.Resume(checkpoint="ck", output_token_ids=[1, 2])
+    resume = f.Resume(request_id="chatcmpl-1", checkpoint="ck", output_token_ids=[1, 2])
     pair.send(f.Chat(id="c", body={}, resume=resume))
     pair.send(f.Chat(id="d", body={}, resume=resume, resumable=False))
     a, b, c, d = pair.server.started
     assert [s.checkpoints for s in (a, b, c, d)] == [False, True, True, False]  # type: ignore[union-attr]
-    assert c.resume == {"checkpoint": "ck", "output_token_ids": [1, 2]}  # type: ignore[union-attr]
+    assert c.resume == {"request_id": "chatcmpl-1", "checkpoint": "ck", "output_token_ids": [1, 2]}  # type: ignore[union-attr]
 
 
 def test_resumable_deltas_carry_the_checkpoint_and_output_token_ids() -> None:

@@ -1,0 +1,208 @@
+"""One accepted WebSocket session: the I/O shell around ``session.machine.Session``.
+
+One anyio task group per connection holds a reader, a single writer, a timer and one task per
+request in flight. The machine decides; this module only shuttles:
+
+- the **reader** feeds received messages to the machine, and stops reading while the outbox is
+  full (so a client that does not read cannot make the server queue answers without bound);
+- the **writer** is the only task that sends: it takes frames from the :class:`Outbox` (where a
+  slow reader's pending deltas of one request are merged into one frame), stamps ``seq`` and sends;
+- **request tasks** run :func:`server.ws.work.run` in their own cancel scope: ``Cancel`` cancels
+  the scope, which closes the pipeline stream, which aborts the engine request;
+- ``Close`` cancels every request at once, flushes what is queued (briefly) and closes with the
+  machine's code; a lost connection cancels everything. Unexpected errors here are logged and
+  close with 1011 (no exception text reaches the client).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Any
+
+import anyio
+import anyio.abc
+from starlette.websockets import WebSocket, WebSocketDisconnect
+
+from server.errors import to_api_error
+from server.ws.outbox import Outbox
+from server.ws.work import Stages, run
+from session.actions import Action, Cancel, Close, Send, Start
+from session.errors import StateError
+from session.machine import Session, SessionState
+from session.server_frames import ErrorInfo, ServerFrame
+
+log = logging.getLogger("tokenwire.ws")
+
+FLUSH_ON_CLOSE_S = 2.0  # how long queued frames may take to leave before the close frame
+
+_CODE_BY_STATUS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                   409: "conflict", 413: "too_large", 422: "invalid_request", 429: "rate_limited",
+                   500: "internal_error", 502: "engine_unavailable", 503: "overloaded",
+                   504: "engine_timeout"}
+_SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
+
+
+def error_info(exc: BaseException) -> ErrorInfo:
+    """The ``error`` frame body for an exception, translated once by ``server.errors``."""
+    err = to_api_error(exc)
+    if isinstance(exc, StateError):
+        return ErrorInfo("bad_state", err.message, status=err.status, param=err.param, reason=exc.reason)
+    if err.status == 404 and err.param == "model":
+        return ErrorInfo("model_not_found", err.message, status=404, param="model")
+    default = "invalid_request" if err.status < 500 else "internal_error"
+    return ErrorInfo(_CODE_BY_STATUS.get(err.status, default), err.message, status=err.status, param=err.param)
+
+
+class _Report:
+    """The machine's work inputs with the clock bound in (what ``work.run`` reports to)."""
+
+    def __init__(self, conn: Connection) -> None:
+        self._conn = conn
+
+    def generate_delta(self, request_id: str, chunk: dict[str, Any]) -> None:
+        self._conn.session.generate_delta(request_id, chunk, now=anyio.current_time())
+        self._conn.drain()
+
+    def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
+                       output_token_ids: list[int] | None) -> None:
+        self._conn.session.pipeline_delta(request_id, payloads, now=anyio.current_time(),
+                                          checkpoint=checkpoint, output_token_ids=output_token_ids)
+        self._conn.drain()
+
+    def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None:
+        self._conn.session.done(request_id, now=anyio.current_time(), result=result, usage=usage)
+        self._conn.drain()
+
+
+class Connection:
+    def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
+                 outbox_capacity: int = 256) -> None:
+        self.websocket = websocket
+        self.session = session
+        self.stages = stages
+        self.outbox = Outbox(outbox_capacity)
+        self._scopes: dict[str, anyio.CancelScope] = {}
+        self._tg: anyio.abc.TaskGroup | None = None
+        self._close: Close | None = None
+        self._timer_wake = anyio.Event()
+        self._report = _Report(self)
+
+    async def run(self) -> None:
+        async with anyio.create_task_group() as tg:
+            self._tg = tg
+            self.drain()  # session.created
+            tg.start_soon(self._writer)
+            tg.start_soon(self._timer)
+            await self._reader()
+            tg.cancel_scope.cancel()  # the peer is gone: stop every request and the writer
+
+    # -- carrying out the machine's actions ------------------------------------------------------
+    def drain(self) -> None:
+        for action in self.session.actions():
+            self._do(action)
+
+    def _do(self, action: Action) -> None:
+        if isinstance(action, Send):
+            self.outbox.put(action.frame)
+        elif isinstance(action, Cancel):
+            scope = self._scopes.get(action.id)
+            if scope is not None:
+                scope.cancel()
+        elif isinstance(action, Close):
+            if self._close is None:
+                self._close = action
+                for scope in self._scopes.values():
+                    scope.cancel()
+                self.outbox.interrupt()
+                assert self._tg is not None
+                self._tg.start_soon(self._close_deadline)
+        else:
+            assert self._tg is not None
+            # The scope exists before the task runs, so a cancel that comes first still applies.
+            scope = self._scopes[action.id] = anyio.CancelScope()
+            self._tg.start_soon(self._request, action, scope, name=f"ws request {action.id}")
+
+    def _internal_error(self, exc: BaseException) -> None:
+        log.error("WebSocket session %s failed; closing with 1011", self.session.session_id, exc_info=exc)
+        self.session.internal_error()
+        self.drain()
+
+    # -- tasks -------------------------------------------------------------------------------------
+    async def _request(self, start: Start, scope: anyio.CancelScope) -> None:
+        error: Exception | None = None
+        with scope:
+            try:
+                await run(start, self.stages, self._report)
+            except Exception as exc:
+                error = exc
+        if self._scopes.get(start.id) is scope:
+            del self._scopes[start.id]
+        self._timer_wake.set()
+        if self.session.state is not SessionState.OPEN:
+            return
+        try:
+            if scope.cancelled_caught:
+                self.session.aborted(start.id, now=anyio.current_time())
+            elif error is not None:
+                self.session.failed(start.id, error_info(error), now=anyio.current_time())
+            self.drain()
+        except Exception as exc:  # the machine refused our report: a bug on this side
+            self._internal_error(exc)
+
+    async def _reader(self) -> None:
+        while True:
+            await self.outbox.wait_for_room()
+            message = await self.websocket.receive()
+            if message["type"] == "websocket.disconnect":
+                self.session.connection_lost()
+                self.drain()
+                return
+            now = anyio.current_time()
+            try:
+                text = message.get("text")
+                if text is not None:
+                    self.session.receive_text(text, now=now)
+                else:
+                    self.session.receive_binary(now=now)
+                self.drain()
+            except Exception as exc:
+                self._internal_error(exc)
+
+    async def _writer(self) -> None:
+        try:
+            while self._close is None:
+                await self.outbox.wait()
+                for frame in self.outbox.take():
+                    await self._send(frame)
+            with anyio.move_on_after(FLUSH_ON_CLOSE_S):
+                while frames := self.outbox.take():
+                    for frame in frames:
+                        await self._send(frame)
+            with anyio.move_on_after(FLUSH_ON_CLOSE_S):
+                await self.websocket.close(self._close.code, self._close.reason)
+        except _SEND_ERRORS:
+            pass  # the peer went away mid-send; the reader sees the disconnect
+        finally:
+            if self._close is not None and self._tg is not None:
+                self._tg.cancel_scope.cancel()
+
+    async def _close_deadline(self) -> None:
+        """A client that reads nothing cannot hold a closing session open: give up after a while
+        (the transport then closes without a close frame)."""
+        await anyio.sleep(3 * FLUSH_ON_CLOSE_S)
+        assert self._tg is not None
+        self._tg.cancel_scope.cancel()
+
+    async def _send(self, frame: ServerFrame) -> None:
+        await self.websocket.send_text(self.session.stamp(frame).decode())
+
+    async def _timer(self) -> None:
+        while self.session.state is SessionState.OPEN:
+            deadline = self.session.next_deadline()
+            delay = math.inf if deadline is None else max(0.0, deadline - anyio.current_time())
+            with anyio.move_on_after(delay):
+                await self._timer_wake.wait()
+            self._timer_wake = anyio.Event()
+            self.session.tick(now=anyio.current_time())
+            self.drain()

@@ -1,0 +1,79 @@
+"""The stages a session drives, over the process's pipeline and derender service.
+
+``server.pipeline`` is the one module that chains render → generate → derender; this adapter only
+gives the session one object with the four operations its frames need, each the same call the
+matching HTTP endpoint makes (so a frame's output equals the endpoint's for the same input):
+
+- ``render`` / ``generate``: the pipeline's separate stages;
+- ``derender_step``: the derender service's streaming step, exactly as the HTTP derender route
+  with ``"stream": true`` (large bodies on a worker thread);
+- ``stream``: the whole pipeline, admitted before the first event (so admission errors are error
+  frames), closed — and the engine request aborted — when the iterator is closed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import anyio.to_thread
+import orjson
+
+from engine.interface import EngineOutput
+from engine.protocol import GenerateRequest
+from server.context import ServerContext
+from server.http import validate
+from server.routes.derender import INLINE_BODY_BYTES, derender_service_of
+from server.ws.work import Kind, StreamEvent
+from session.errors import InvalidRequest
+from session.protocol.openai_responses import DerenderChatStreamRequest, DerenderCompletionStreamRequest
+
+
+class PipelineStages:
+    def __init__(self, ctx: ServerContext) -> None:
+        from server.pipeline import pipeline_of
+
+        self.ctx = ctx
+        self.pipeline = ctx.service(pipeline_of)
+
+    async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]:
+        return await self.pipeline.render(kind, body)
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        return self.pipeline.generate(request)
+
+    async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
+        if kind == "messages":
+            raise InvalidRequest("derender frames take kind 'chat' or 'completion' (as the HTTP derender "
+                                 "endpoints); derender an Anthropic stream as 'chat'.", param="kind")
+        service = self.ctx.service(derender_service_of)
+        raw = {**body, "stream": True}
+
+        def work() -> dict[str, Any]:
+            now = int(time.time())
+            if kind == "chat":
+                req = validate(DerenderChatStreamRequest, raw)
+                return service.chat_stream(req, raw.get("chat_request"), now=now)
+            comp = validate(DerenderCompletionStreamRequest, raw)
+            return service.completion_stream(comp, raw.get("completion_request"), now=now)
+
+        if len(orjson.dumps(body)) > INLINE_BODY_BYTES:
+            return await anyio.to_thread.run_sync(work)
+        return work()
+
+    async def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
+                     checkpoints: bool = False) -> AsyncIterator[StreamEvent]:
+        opened = await self.pipeline.open_stream(kind, body, resume=resume, checkpoints=checkpoints)
+        events = opened.stream_events()
+        try:
+            async for event in events:
+                yield event
+        finally:
+            await events.aclose()  # type: ignore[attr-defined]
+            await opened.aclose()
+
+
+def stages_of(ctx: ServerContext) -> PipelineStages:
+    """The process's session stages (a ``ctx.service`` factory)."""
+    return PipelineStages(ctx)

@@ -1,0 +1,144 @@
+"""Carry out one ``Start*`` action of the session against the pipeline, reporting as it goes.
+
+The stages (``server.ws.stages`` over ``server.pipeline``, the one module that chains render →
+generate → derender) do the work; this module only turns their results into the session's inputs
+(``Reporter``), with the shapes the HTTP endpoints give for the same inputs:
+
+- render → the ``GenerateRequest`` wire dict (chat, messages) or a list of them (completion);
+- generate → one ``/inference/v1/generate`` stream chunk per engine step, usage in ``generate.done``;
+- derender → the streaming derender response ``{"chunk", "stream_state"}``;
+- chat / completion / messages → the OpenAI chunks / Anthropic events of the streaming endpoint.
+
+Streams are always closed in a shielded scope, so a cancelled request (or a closed socket) aborts
+its engine work at once, even though the task running it is being cancelled.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import AsyncIterator
+from typing import Any, Literal, Protocol
+
+import anyio
+
+from engine.interface import EngineOutput
+from engine.protocol import (
+    ChoiceLogprobs,
+    GenerateChoice,
+    GenerateRequest,
+    GenerateStreamResponse,
+    UsageInfo,
+    generate_response_id,
+)
+from session.actions import Start, StartDerender, StartGenerate, StartPipeline, StartRender
+
+Kind = Literal["chat", "completion", "messages"]
+ABORT_GRACE_S = 5.0  # how long closing a stream (the engine abort) may take once cancelled
+
+
+class StreamEvent(Protocol):
+    """One event of a whole-pipeline stream (``server.pipeline.StreamEvent``)."""
+
+    @property
+    def payload(self) -> dict[str, Any] | None: ...  # an OpenAI chunk, or an Anthropic event
+
+    @property
+    def checkpoint(self) -> str | None: ...  # signed state after this event (checkpoints=True)
+
+    @property
+    def output_token_ids(self) -> list[int] | None: ...  # engine ids this event covers
+
+
+class Stages(Protocol):
+    """What a session drives (``server.ws.stages.PipelineStages`` over ``server.pipeline``)."""
+
+    async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]: ...
+
+    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]: ...
+
+    async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]: ...
+
+    def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
+               checkpoints: bool = False) -> AsyncIterator[StreamEvent]: ...
+
+
+class Reporter(Protocol):
+    """The session's work inputs, bound to the clock (see ``session.machine.Session``)."""
+
+    def generate_delta(self, request_id: str, chunk: dict[str, Any]) -> None: ...
+
+    def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
+                       output_token_ids: list[int] | None) -> None: ...
+
+    def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None: ...
+
+
+async def run(start: Start, pipeline: Stages, report: Reporter) -> None:
+    """Run ``start`` to completion, reporting deltas and the final result. Exceptions propagate
+    (the caller translates them once); cancellation aborts the work."""
+    if isinstance(start, StartRender):
+        requests = await pipeline.render(start.kind, start.body)
+        wire = [r.to_wire() for r in requests]
+        report.done(start.id, result=wire if start.kind == "completion" else wire[0])
+    elif isinstance(start, StartDerender):
+        report.done(start.id, result=await pipeline.derender_step(start.kind, start.body))
+    elif isinstance(start, StartGenerate):
+        await _generate(start, pipeline, report)
+    else:
+        await _pipeline(start, pipeline, report)
+
+
+async def _generate(start: StartGenerate, pipeline: Stages, report: Reporter) -> None:
+    request = GenerateRequest.model_validate(start.body)
+    if request.request_id is None:  # as /inference/v1/generate does
+        request = request.model_copy(update={"request_id": secrets.token_hex(8)})
+    response_id = generate_response_id(request.request_id or "")
+    want_logprobs = request.sampling_params.logprobs is not None
+    usage: UsageInfo | None = None
+    completion = 0
+    stream = pipeline.generate(request)
+    try:
+        async for output in stream:
+            completion += sum(len(c.token_ids) for c in output.choices)
+            usage = output.usage or usage
+            if output.choices:
+                report.generate_delta(start.id, generate_chunk(output, response_id, want_logprobs))
+            if output.finished:
+                break
+    finally:
+        await close_stream(stream)
+    usage = usage or UsageInfo.of(len(request.token_ids), completion)
+    report.done(start.id, usage=usage.model_dump(mode="json", exclude_none=True))
+
+
+async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) -> None:
+    stream = pipeline.stream(start.kind, start.body, resume=start.resume, checkpoints=start.checkpoints)
+    try:
+        async for event in stream:
+            if event.payload is None and not (start.checkpoints and event.checkpoint):
+                continue
+            report.pipeline_delta(
+                start.id, [event.payload] if event.payload is not None else [],
+                checkpoint=event.checkpoint if start.checkpoints else None,
+                output_token_ids=list(event.output_token_ids or ()) if start.checkpoints else None)
+    finally:
+        await close_stream(stream)
+    report.done(start.id)
+
+
+def generate_chunk(output: EngineOutput, response_id: str, want_logprobs: bool) -> dict[str, Any]:
+    """One engine step as the ``/inference/v1/generate`` SSE event carries it (vLLM 0.32 shape)."""
+    choices = [GenerateChoice(index=c.index, finish_reason=c.finish_reason, stop_reason=c.stop_reason,
+                              token_ids=c.token_ids,
+                              logprobs=ChoiceLogprobs(content=c.logprobs or []) if want_logprobs else None)
+               for c in output.choices]
+    return GenerateStreamResponse(request_id=response_id, choices=choices).model_dump(mode="json")
+
+
+async def close_stream(stream: AsyncIterator[Any]) -> None:
+    """``aclose`` a stream even from a cancelled task (that is when it must abort the engine)."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is None:
+        return
+    with anyio.move_on_after(ABORT_GRACE_S, shield=True):
+        await aclose()
