@@ -12,8 +12,8 @@
 
 Chunks are plain dicts in vLLM 0.32's shape (:class:`session.protocol.openai_responses.ChatCompletionStreamResponse`):
 the first chunk of a choice carries ``delta.role: "assistant"``; tool calls carry pinned ids
-``chatcmpl-tool-<16 hex>`` (derived from a per-choice salt and the call index, so a state needs no
-list of ids), the first delta of a call has ``id``, ``type``, ``name`` and ``arguments`` (``""``
+``chatcmpl-tool-<16 hex>`` (a hash of the request id, the choice index and the call index: pinned
+without being stored in the state, and equal between the streamed and the one-shot derender), the first delta of a call has ``id``, ``type``, ``name`` and ``arguments`` (``""``
 unless argument text came in the same push); the finish reason is ``"tool_calls"`` when calls were
 made (except for a forced named function: ``"stop"``, as OpenAI reports it).
 """
@@ -32,8 +32,8 @@ from session.parsers.base import ToolCallDelta
 __all__ = ["ChatDerenderer", "ChatStep", "chat_response", "tool_call_id", "usage_dict"]
 
 
-def tool_call_id(salt: str, index: int) -> str:
-    return "chatcmpl-tool-" + hashlib.sha256(f"{salt}:{index}".encode()).hexdigest()[:16]
+def tool_call_id(request_id: str, choice: int, call: int) -> str:
+    return "chatcmpl-tool-" + hashlib.sha256(f"{request_id}:{choice}:{call}".encode()).hexdigest()[:16]
 
 
 def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
@@ -57,7 +57,7 @@ class ChatStep:
         self.finished = finished
 
 
-def _delta_tool_calls(salt: str, calls: Sequence[ToolCallDelta]) -> list[dict[str, Any]]:
+def _delta_tool_calls(request_id: str, choice: int, calls: Sequence[ToolCallDelta]) -> list[dict[str, Any]]:
     """Tool-call deltas in OpenAI's shape, merging consecutive fragments of the same call."""
     out: list[dict[str, Any]] = []
     for c in calls:
@@ -66,7 +66,7 @@ def _delta_tool_calls(salt: str, calls: Sequence[ToolCallDelta]) -> list[dict[st
             fn["arguments"] = (fn["arguments"] or "") + c.arguments
             continue
         if c.name is not None:
-            out.append({"id": tool_call_id(salt, c.index), "type": "function", "index": c.index,
+            out.append({"id": tool_call_id(request_id, choice, c.index), "type": "function", "index": c.index,
                         "function": {"name": c.name, "arguments": c.arguments}})
         else:
             out.append({"id": None, "type": None, "index": c.index,
@@ -136,7 +136,7 @@ class ChatDerenderer:
         delta: dict[str, Any] = {"role": "assistant" if first else None, "content": piece.content or None,
                                  "reasoning": piece.reasoning or None}
         if piece.tool_calls:
-            delta["tool_calls"] = _delta_tool_calls(stream.salt, piece.tool_calls)
+            delta["tool_calls"] = _delta_tool_calls(self.request_id, index, piece.tool_calls)
         choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": piece.finish_reason,
                   "stop_reason": piece.stop_reason,
                   "token_ids": list(token_ids[: piece.counted]) if self.return_token_ids else None}
@@ -158,7 +158,7 @@ class ChatDerenderer:
 # --- non-streaming ---------------------------------------------------------------------------------
 
 
-def _message(pieces: Sequence[Piece], salt: str) -> dict[str, Any]:
+def _message(pieces: Sequence[Piece], request_id: str, choice: int) -> dict[str, Any]:
     content = "".join(p.content for p in pieces)
     reasoning = "".join(p.reasoning for p in pieces)
     calls: dict[int, dict[str, Any]] = {}
@@ -166,7 +166,7 @@ def _message(pieces: Sequence[Piece], salt: str) -> dict[str, Any]:
         for c in p.tool_calls:
             call = calls.get(c.index)
             if call is None:
-                call = calls[c.index] = {"id": tool_call_id(salt, c.index), "type": "function",
+                call = calls[c.index] = {"id": tool_call_id(request_id, choice, c.index), "type": "function",
                                          "function": {"name": c.name or "", "arguments": ""}}
             elif c.name and not call["function"]["name"]:
                 call["function"]["name"] = c.name
@@ -191,7 +191,7 @@ def chat_response(derenderer: ChatDerenderer, response: GenerateResponse) -> dic
         if entries is not None and derenderer.want_logprobs:
             lp = chat_logprobs(derenderer.spec.table, entries[: piece.counted], derenderer.top_logprobs)
         choices.append({
-            "index": gc.index, "message": _message([piece], stream.salt), "logprobs": lp,
+            "index": gc.index, "message": _message([piece], derenderer.request_id, gc.index), "logprobs": lp,
             "finish_reason": piece.finish_reason, "stop_reason": piece.stop_reason,
             "token_ids": list(ids[: piece.counted]) if derenderer.return_token_ids else None,
             "routed_experts": None,

@@ -21,7 +21,6 @@ O(chunk + what a parser holds), however long the output already is.
 
 from __future__ import annotations
 
-import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -84,12 +83,12 @@ class Piece:
 
 
 class ChoiceStream:
-    __slots__ = ("count", "detok", "finished", "held", "index", "reasoning", "salt", "spec", "started",
+    __slots__ = ("count", "detok", "finished", "held", "index", "reasoning", "spec", "started",
                  "stops", "text_offset", "tool")
 
     def __init__(self, spec: StreamSpec, index: int, *, detok: ByteLevelDetokenizer | WindowDetokenizer,
                  stops: StopStrings | None, reasoning: ReasoningParser | None, tool: ToolParser | None,
-                 salt: str, held: int | None = None, count: int = 0, finished: bool = False,
+                 held: int | None = None, count: int = 0, finished: bool = False,
                  started: bool = False, text_offset: int = 0) -> None:
         self.spec = spec
         self.index = index
@@ -97,7 +96,6 @@ class ChoiceStream:
         self.stops = stops
         self.reasoning = reasoning
         self.tool = tool
-        self.salt = salt
         self.held = held
         self.count = count
         self.finished = finished
@@ -115,12 +113,11 @@ class ChoiceStream:
             stops=StopStrings(spec.stop, include_in_output=spec.include_stop_str_in_output) if spec.stop else None,
             reasoning=spec.reasoning_parser(ctx) if spec.reasoning_parser else None,
             tool=spec.tool_parser(ctx) if spec.tool_parser else None,
-            salt=secrets.token_hex(6),
         )
 
     def snapshot(self) -> dict[str, Any]:
         """The continuation state (JSON-ready; small keys, defaults omitted)."""
-        snap: dict[str, Any] = {"d": self.detok.snapshot(), "n": self.count, "x": self.salt}
+        snap: dict[str, Any] = {"d": self.detok.snapshot(), "n": self.count}
         if self.held is not None:
             snap["h"] = self.held
         if self.stops is not None and self.stops.tail:
@@ -161,7 +158,7 @@ class ChoiceStream:
                 spec, index, detok=detok, stops=stops,
                 reasoning=spec.reasoning_parser.restore(ctx, snap["rp"]) if spec.reasoning_parser else None,
                 tool=spec.tool_parser.restore(ctx, snap["tp"]) if spec.tool_parser else None,
-                salt=str(snap["x"]), held=held, count=int(snap["n"]), finished=bool(snap.get("f")),
+                held=held, count=int(snap["n"]), finished=bool(snap.get("f")),
                 started=bool(snap.get("s")), text_offset=int(snap.get("o", 0)),
             )
         except DerenderError:

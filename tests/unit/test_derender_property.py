@@ -5,7 +5,7 @@ tokenized with every real tokenizer; the token ids are split at random (empty ch
 separate finish-only chunk included) and derendered through the streaming service one chunk per
 call, the signed state going through its encoded form between every call and alternating between
 two service instances that share only the secret (two replicas). The concatenated deltas must equal
-the one-shot derender: content, reasoning, each tool call's name and arguments, finish and stop
+the one-shot derender: content, reasoning, each tool call's id, name and arguments, finish and stop
 reasons, usage and logprobs.
 """
 
@@ -76,7 +76,8 @@ def _logprobs(ids: list[int]) -> dict[str, Any]:
 
 def _message_view(message: dict[str, Any]) -> dict[str, Any]:
     return {"content": message["content"] or "", "reasoning": message["reasoning"] or "",
-            "tool_calls": [(c["function"]["name"], c["function"]["arguments"]) for c in message.get("tool_calls", [])]}
+            "tool_calls": [(c["id"], c["function"]["name"], c["function"]["arguments"])
+                           for c in message.get("tool_calls", [])]}
 
 
 @pytest.mark.parametrize("name", TOKENIZERS)
@@ -134,7 +135,7 @@ def test_streamed_deltas_with_client_carried_state_equal_the_one_shot_derender(
         want = _message_view(expected["message"])
         assert got["content"] == want["content"]
         assert got["reasoning"] == want["reasoning"]
-        assert [(c["name"], c["arguments"]) for c in got["tool_calls"]] == want["tool_calls"]
+        assert [(c["id"], c["name"], c["arguments"]) for c in got["tool_calls"]] == want["tool_calls"]
         assert (got["finish_reason"], got["stop_reason"]) == (expected["finish_reason"], expected["stop_reason"])
         assert chunks[0]["choices"][0]["delta"]["role"] == "assistant"
         assert all(ch["choices"][0]["delta"]["role"] is None for ch in chunks[1:])

@@ -1,0 +1,118 @@
+"""Client-carried derender state across real server processes.
+
+Two ``tokenwire launch render`` processes share ``--state-secret``; a third has its own (random)
+secret. A streaming derender started on one continues on the other, switching in the middle of a
+tool call, and the result equals a stream on one process and the one-shot derender. The third
+process refuses the state, and says it was signed with another key.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.support.server_proc import ServerProcess
+
+pytestmark = pytest.mark.slow
+
+CHAT = "/v1/chat/completions/derender"
+NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
+WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
+CHAT_REQUEST = {"model": "qwen3", "messages": [{"role": "user", "content": "Weather in Paris and Tōkyō?"}],
+                "tools": [WEATHER], "stream": True, "stop": ["<|fin|>"]}
+OUTPUT = ('<think>\nTwo cities: Paris 🇫🇷 and 東京. I will call the tool twice.\n</think>\n\n'
+          'Checking both.<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "unit": "°C"}}\n'
+          '</tool_call>\n<tool_call>\n{"name": "get_weather", "arguments": {"city": "東京", "note": "🌸"}}\n</tool_call>')
+
+
+def _args(secret: str | None) -> list[str]:
+    return ["--tool-call-parser", "hermes", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice",
+            *(["--state-secret", secret] if secret else [])]
+
+
+@pytest.fixture(scope="module")
+def servers(asset: Callable[[str], Path]) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess]]:
+    model = asset("qwen3")
+    with ServerProcess(["launch", "render", model, *_args("replica-secret")], preamble=NO_TORCH) as a, \
+            ServerProcess(["launch", "render", model, *_args("replica-secret")], preamble=NO_TORCH) as b, \
+            ServerProcess(["launch", "render", model, *_args(None)], preamble=NO_TORCH) as c, \
+            httpx.Client(base_url=a.url, timeout=30) as ca, httpx.Client(base_url=b.url, timeout=30) as cb, \
+            httpx.Client(base_url=c.url, timeout=30) as cc:
+        yield ca, cb, cc, c
+
+
+@pytest.fixture(scope="module")
+def ids(tokenizer: Callable[[str], Any]) -> dict[str, list[int]]:
+    tok = tokenizer("qwen3")
+    enc = tok._tokenizer.encode
+    return {"output": [*enc(OUTPUT, add_special_tokens=False).ids, tok.eos_token_id],
+            "prompt": enc("<|im_start|>user\nWeather?<|im_end|>\n<|im_start|>assistant\n",
+                          add_special_tokens=False).ids}
+
+
+def _step(client: httpx.Client, ids: dict[str, list[int]], state: str | None, piece: list[int],
+          finish: str | None) -> httpx.Response:
+    return client.post(CHAT, json={
+        "stream": True, "model": "qwen3", "stream_state": state, "prompt_tokens": 20, "prompt_token_ids": ids["prompt"],
+        "chat_request": CHAT_REQUEST,
+        "generate_chunk": {"request_id": "chatcmpl-replicas", "output_mode": "tokens",
+                           "choices": [{"index": 0, "token_ids": piece, "finish_reason": finish}]}})
+
+
+def _stream(pick: Callable[[int, str], httpx.Client], ids: dict[str, list[int]], size: int = 3) -> list[dict[str, Any]]:
+    tokens, state, chunks = ids["output"], None, []
+    streamed = ""
+    for k in range(0, len(tokens), size):
+        client = pick(k, streamed)
+        r = _step(client, ids, state, tokens[k:k + size], "stop" if k + size >= len(tokens) else None)
+        assert r.status_code == 200, r.text
+        chunks.append(r.json()["chunk"])
+        state = r.json()["stream_state"]
+        streamed += "".join(tc["function"]["arguments"] for tc in chunks[-1]["choices"][0]["delta"].get("tool_calls", []))
+    return chunks
+
+
+def _deltas(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    return [c["choices"][0] | {"delta": c["choices"][0]["delta"]} for c in chunks]
+
+
+def test_a_stream_continues_on_another_replica_mid_tool_call_with_identical_output(
+        servers: tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess], ids: dict[str, list[int]]) -> None:
+    a, b, _, _ = servers
+    alone = _stream(lambda k, args: a, ids)
+    # switch replica inside the first tool call's arguments, then on every call
+    switched = _stream(lambda k, args: b if '"Par' in args or k % 2 else a, ids)
+    assert any('"Par' in "".join(tc["function"]["arguments"] for c in switched[: i + 1]
+                                  for tc in c["choices"][0]["delta"].get("tool_calls", []))
+               for i in range(len(switched) - 1))
+    assert _deltas(switched) == _deltas(alone)
+    one_shot = a.post(CHAT, json={"model": "qwen3", "prompt_tokens": 20, "prompt_token_ids": ids["prompt"],
+                                  "chat_request": {**CHAT_REQUEST, "stream": False},
+                                  "generate_response": {"request_id": "chatcmpl-replicas", "choices": [
+                                      {"index": 0, "finish_reason": "stop", "token_ids": ids["output"]}]}}).json()
+    message = one_shot["choices"][0]["message"]
+    deltas = [c["choices"][0]["delta"] for c in switched]
+    assert "".join(d["content"] or "" for d in deltas) == message["content"]
+    assert "".join(d["reasoning"] or "" for d in deltas) == message["reasoning"]
+    calls: dict[int, str] = {}
+    for d in deltas:
+        for tc in d.get("tool_calls", []):
+            calls[tc["index"]] = calls.get(tc["index"], "") + tc["function"]["arguments"]
+    assert [calls[i] for i in sorted(calls)] == [c["function"]["arguments"] for c in message["tool_calls"]]
+    assert switched[-1]["choices"][0]["finish_reason"] == one_shot["choices"][0]["finish_reason"] == "tool_calls"
+
+
+def test_a_replica_with_another_secret_refuses_the_state_and_warned_at_startup(
+        servers: tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess], ids: dict[str, list[int]]) -> None:
+    a, _, c, c_proc = servers
+    state = _step(a, ids, None, ids["output"][:4], None).json()["stream_state"]
+    r = _step(c, ids, state, ids["output"][4:8], None)
+    assert r.status_code == 400
+    err = r.json()["error"]
+    assert err["param"] == "stream_state"
+    assert "--state-secret" in err["message"]
+    assert "random per-process secret" in c_proc.output()
