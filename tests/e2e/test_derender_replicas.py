@@ -36,7 +36,7 @@ def _args(secret: str | None) -> list[str]:
 
 @pytest.fixture(scope="module")
 def servers(asset: Callable[[str], Path]) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess]]:
-    model = asset("qwen3")
+    model = str(asset("qwen3"))
     with ServerProcess(["launch", "render", model, *_args("replica-secret")], preamble=NO_TORCH) as a, \
             ServerProcess(["launch", "render", model, *_args("replica-secret")], preamble=NO_TORCH) as b, \
             ServerProcess(["launch", "render", model, *_args(None)], preamble=NO_TORCH) as c, \
