@@ -244,19 +244,20 @@ class Session:
         self._work(request_id, E.DELTA, sf.GenerateDelta(id=request_id, chunk=chunk), now)
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, now: float,
-                       checkpoint: str | None = None, output_token_ids: list[int] | None = None) -> None:
+                       checkpoint: str | None = None, output_token_ids: list[int] | None = None,
+                       stream_id: str | None = None) -> None:
         req = self._requests.get(request_id)
         kind = req.type if req is not None else "chat"
         frame: sf.ServerFrame
         if kind == "messages":
-            frame = sf.MessagesDelta(id=request_id, events=payloads, checkpoint=checkpoint,
-                                    output_token_ids=output_token_ids)
+            frame = sf.MessagesDelta(id=request_id, events=payloads, stream_id=stream_id, checkpoint=checkpoint,
+                                     output_token_ids=output_token_ids)
         elif kind == "completion":
-            frame = sf.CompletionDelta(id=request_id, chunks=payloads, checkpoint=checkpoint,
-                                      output_token_ids=output_token_ids)
+            frame = sf.CompletionDelta(id=request_id, chunks=payloads, stream_id=stream_id,
+                                       checkpoint=checkpoint, output_token_ids=output_token_ids)
         else:
-            frame = sf.ChatDelta(id=request_id, chunks=payloads, checkpoint=checkpoint,
-                                output_token_ids=output_token_ids)
+            frame = sf.ChatDelta(id=request_id, chunks=payloads, stream_id=stream_id, checkpoint=checkpoint,
+                                 output_token_ids=output_token_ids)
         self._work(request_id, E.DELTA, frame, now)
 
     def done(self, request_id: str, *, now: float, result: Any = None,

@@ -92,6 +92,7 @@ class GenerateDelta(ServerFrame):
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _PipelineDelta(ServerFrame):
     id: str
+    stream_id: str | None = None  # resumable streams: what a resume names as ``request_id``
     checkpoint: str | None = None
     output_token_ids: list[int] | None = None
 
@@ -111,6 +112,7 @@ class ChatDelta(_PipelineDelta):
     def merge(self, later: ChatDelta) -> ChatDelta:
         return dataclasses.replace(self, chunks=self.chunks + later.chunks,
                                    checkpoint=later.checkpoint or self.checkpoint,
+                                   stream_id=later.stream_id or self.stream_id,
                                    output_token_ids=self._merged_ids(later))
 
 
@@ -122,6 +124,7 @@ class CompletionDelta(_PipelineDelta):
     def merge(self, later: CompletionDelta) -> CompletionDelta:
         return dataclasses.replace(self, chunks=self.chunks + later.chunks,
                                    checkpoint=later.checkpoint or self.checkpoint,
+                                   stream_id=later.stream_id or self.stream_id,
                                    output_token_ids=self._merged_ids(later))
 
 
@@ -133,6 +136,7 @@ class MessagesDelta(_PipelineDelta):
     def merge(self, later: MessagesDelta) -> MessagesDelta:
         return dataclasses.replace(self, events=self.events + later.events,
                                    checkpoint=later.checkpoint or self.checkpoint,
+                                   stream_id=later.stream_id or self.stream_id,
                                    output_token_ids=self._merged_ids(later))
 
 

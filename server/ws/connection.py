@@ -65,9 +65,9 @@ class _Report:
         self._conn.drain()
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
-                       output_token_ids: list[int] | None) -> None:
-        self._conn.session.pipeline_delta(request_id, payloads, now=anyio.current_time(),
-                                          checkpoint=checkpoint, output_token_ids=output_token_ids)
+                       output_token_ids: list[int] | None, stream_id: str | None) -> None:
+        self._conn.session.pipeline_delta(request_id, payloads, now=anyio.current_time(), checkpoint=checkpoint,
+                                          output_token_ids=output_token_ids, stream_id=stream_id)
         self._conn.drain()
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None:

@@ -65,10 +65,11 @@ class PipelineStages:
     async def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
                      checkpoints: bool = False) -> AsyncIterator[StreamEvent]:
         opened = await self.pipeline.open_stream(kind, body, resume=resume, checkpoints=checkpoints)
+        stream_id = opened.request_id
         events = opened.stream_events()
         try:
             async for event in events:
-                yield event
+                yield StreamEvent(event.payload, event.checkpoint, event.output_token_ids, stream_id)
         finally:
             await events.aclose()  # type: ignore[attr-defined]
             await opened.aclose()

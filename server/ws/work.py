@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator
+from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 import anyio
@@ -36,17 +37,14 @@ Kind = Literal["chat", "completion", "messages"]
 ABORT_GRACE_S = 5.0  # how long closing a stream (the engine abort) may take once cancelled
 
 
-class StreamEvent(Protocol):
-    """One event of a whole-pipeline stream (``server.pipeline.StreamEvent``)."""
+@dataclass(frozen=True, slots=True)
+class StreamEvent:
+    """One event of a whole-pipeline stream, as the session sends it."""
 
-    @property
-    def payload(self) -> dict[str, Any] | None: ...  # an OpenAI chunk, or an Anthropic event
-
-    @property
-    def checkpoint(self) -> str | None: ...  # signed state after this event (checkpoints=True)
-
-    @property
-    def output_token_ids(self) -> list[int] | None: ...  # engine ids this event covers
+    payload: dict[str, Any] | None  # an OpenAI chunk, or an Anthropic event (None: ids only)
+    checkpoint: str | None = None  # signed derender state after this event (checkpoints=True)
+    output_token_ids: list[int] | None = None  # engine ids this event covers
+    stream_id: str | None = None  # the id a resume names (the stream's request id)
 
 
 class Stages(Protocol):
@@ -68,7 +66,7 @@ class Reporter(Protocol):
     def generate_delta(self, request_id: str, chunk: dict[str, Any]) -> None: ...
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
-                       output_token_ids: list[int] | None) -> None: ...
+                       output_token_ids: list[int] | None, stream_id: str | None) -> None: ...
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None: ...
 
@@ -117,10 +115,12 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
         async for event in stream:
             if event.payload is None and not (start.checkpoints and event.checkpoint):
                 continue
+            resumable = start.checkpoints
             report.pipeline_delta(
                 start.id, [event.payload] if event.payload is not None else [],
-                checkpoint=event.checkpoint if start.checkpoints else None,
-                output_token_ids=list(event.output_token_ids or ()) if start.checkpoints else None)
+                checkpoint=event.checkpoint if resumable else None,
+                output_token_ids=list(event.output_token_ids or ()) if resumable else None,
+                stream_id=event.stream_id if resumable else None)
     finally:
         await close_stream(stream)
     report.done(start.id)

@@ -203,6 +203,7 @@ def test_resumable_streams_carry_checkpoints_and_a_resume_reaches_the_pipeline(
         deltas = frames.until("c", "chat.done")[:-1]
         assert [(d["checkpoint"], d["output_token_ids"]) for d in deltas] == [("ck-0", [0]), ("ck-1", [1]),
                                                                            ("ck-2", [2])]
+        assert {d["stream_id"] for d in deltas} == {"chatcmpl-1"}
         frames.send(type="chat", id="c2", body={"messages": []},
                     resume={"request_id": "chatcmpl-1", "checkpoint": "ck-1", "output_token_ids": [0, 1]})
         frames.until("c2", "chat.done")

@@ -17,18 +17,11 @@ from server.app import create_app
 from server.context import ServerContext
 from server.gating import Gating, RouteGroup
 from server.settings import Mode, Settings
+from server.ws.work import StreamEvent as Event
 from session.errors import RenderError, StateError
 from tests.conftest import asset_path, tokenizer_of
 
 ALL_GROUPS = frozenset(RouteGroup)
-
-
-@dataclass
-class Event:
-    payload: dict[str, Any] | None
-    checkpoint: str | None = None
-    output_token_ids: list[int] | None = None
-    done: bool = False
 
 
 @dataclass
@@ -97,7 +90,8 @@ class FakePipeline:
                 payload = ({"type": "content_block_delta", "delta": {"type": "text_delta", "text": f"text-{i}"}}
                            if kind == "messages" else
                            {"object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": f"text-{i}"}}]})
-                yield Event(payload, checkpoint=f"ck-{i}" if checkpoints else None, output_token_ids=[i])
+                yield Event(payload, checkpoint=f"ck-{i}" if checkpoints else None, output_token_ids=[i],
+                            stream_id="chatcmpl-1")
                 if body.get("hang"):
                     await anyio.sleep_forever()
                 if self.release is not None and body.get("wait"):

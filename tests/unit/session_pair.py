@@ -98,7 +98,8 @@ class ServerSide:
                 if isinstance(start, StartPipeline):
                     self.session.pipeline_delta(start.id, [step[1]], now=self.now,
                                                 checkpoint="ck" if start.checkpoints else None,
-                                                output_token_ids=[7] if start.checkpoints else None)
+                                                output_token_ids=[7] if start.checkpoints else None,
+                                                stream_id="chatcmpl-7" if start.checkpoints else None)
                 else:
                     self.session.generate_delta(start.id, step[1], now=self.now)
             elif step[0] == "done":

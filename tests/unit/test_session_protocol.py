@@ -298,7 +298,7 @@ def test_resumable_deltas_carry_the_checkpoint_and_output_token_ids() -> None:
     frames = pair.send(f.Chat(id="c", body={}, resumable=True))
     delta = frames[0]
     assert isinstance(delta, sf.ChatDelta)
-    assert (delta.checkpoint, delta.output_token_ids) == ("ck", [7])
+    assert (delta.checkpoint, delta.output_token_ids, delta.stream_id) == ("ck", [7], "chatcmpl-7")
 
 
 # -- derender states --------------------------------------------------------------------------
