@@ -27,21 +27,22 @@ from typing import Any
 
 import torch
 
-from engine.errors import EngineError, EngineInternalError, EngineOverloaded, EngineUnavailable
-from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
+from engine.errors import EngineError, EngineOverloaded, EngineUnavailable
+from engine.interface import Engine, EngineHealth, EngineOutput
 from engine.local.device import resolve_dtype, resolve_threads
 from engine.local.outbox import DEFAULT_CAPACITY, Outbox
 from engine.local.params import ModelLimits, resolve
 from engine.local.runner import ModelRunner, read_limits
-from engine.local.sampling import SampleRow, sample
+from engine.local.sampling import Sampled, SampleRow, sample
 from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
 from engine.local.scheduler import Sequence as Seq
-from engine.protocol import GenerateRequest, UsageInfo
+from engine.local.step import Delivery, final_output, run_step
+from engine.protocol import GenerateRequest
 
 log = logging.getLogger("tokenwire.engine")
 
 _Msg = tuple[str, Any]
-_Delivery = list[tuple[str, EngineOutput | EngineError]]
+_Delivery = Delivery
 
 
 class LocalEngine(Engine):
@@ -248,7 +249,7 @@ class LocalEngine(Engine):
                     keys, notify = payload
                     for group in sched.abort(keys):
                         if notify:
-                            out.append((group.request_id, self._final(group, [])))
+                            out.append((group.request_id, final_output(group, [])))
             if sched.has_work:
                 self._step(out)
             with self._cv:
@@ -270,81 +271,16 @@ class LocalEngine(Engine):
             out.append((group.request_id, EngineOverloaded("The engine is overloaded; retry later.")))
 
     def _step(self, out: _Delivery) -> None:
-        sched = self.scheduler
-        plan = sched.plan()
-        try:
-            self.runner.apply(sched.take_ops())
-            if plan.empty:
-                return
-            rows: list[Seq] = []
-            picks: list[torch.Tensor] = []
-            if plan.prefill:
-                logits = self.runner.prefill(plan.prefill)
-                for i, chunk in enumerate(plan.prefill):
-                    for seq in sched.prefill_done(chunk):
-                        rows.append(seq)
-                        picks.append(logits[i])
-            if plan.decode:
-                logits = self.runner.decode(plan.decode)
-                for seq in plan.decode:
-                    seq.computed += 1
-                rows.extend(plan.decode)
-                picks.extend(logits)
-            if not rows:
-                return
-            sampled = sample(torch.stack(picks), [
-                SampleRow(s.group.params, s.seed, s.index, s.group.prompt, s.output) for s in rows])
-        except Exception:
-            log.exception("engine step failed")
-            failed = {c.seq.group for c in plan.prefill} | {s.group for s in plan.decode}
-            for group in failed:
-                for seq in group.seqs:
-                    sched.finish(seq, "error")
-                out.append((group.request_id, EngineInternalError(
-                    "The engine failed while generating this request; see the server log.")))
-            return
-        self._steps += 1
-        self._generated += len(rows)
-        deltas: dict[str, list[ChoiceDelta]] = {}
-        groups: dict[str, RequestGroup] = {}
-        for seq, pick in zip(rows, sampled, strict=True):
-            seq.output.append(pick.token_id)
-            self._check_stop(seq, pick.token_id)
-            delta = ChoiceDelta(seq.index, [pick.token_id],
-                                [pick.logprob] if pick.logprob is not None else None,
-                                seq.finish_reason, seq.stop_reason)
-            deltas.setdefault(seq.group.request_id, []).append(delta)
-            groups[seq.group.request_id] = seq.group
-        for key, choices in deltas.items():
-            group = groups[key]
-            choices.sort(key=lambda c: c.index)
-            if group.finished:
-                out.append((key, self._final(group, choices)))
-            else:
-                out.append((key, EngineOutput(group.external_id, choices)))
+        result = run_step(self.scheduler, self.runner, _sample, max_model_len=self.max_model_len)
+        if result.tokens:
+            self._steps += 1
+            self._generated += result.tokens
+        out.extend(result.outputs)
 
-    def _check_stop(self, seq: Seq, token: int) -> None:
-        p = seq.group.params
-        n = len(seq.output)
-        if n >= p.min_tokens:
-            if p.eos_token_id is not None and token == p.eos_token_id:
-                self.scheduler.finish(seq, "stop", None)
-                return
-            if token in p.stop_ids:
-                self.scheduler.finish(seq, "stop", token)
-                return
-        if n >= p.max_tokens or seq.length >= self.max_model_len:
-            self.scheduler.finish(seq, "length", None)
 
-    def _final(self, group: RequestGroup, choices: list[ChoiceDelta]) -> EngineOutput:
-        """The last output of a request: finish reasons for choices that had no token in it."""
-        have = {c.index for c in choices}
-        for seq in group.seqs:
-            if seq.index not in have:
-                choices.append(ChoiceDelta(seq.index, [], None, seq.finish_reason or "abort", seq.stop_reason))
-        choices.sort(key=lambda c: c.index)
-        return EngineOutput(group.external_id, choices, finished=True,
-                            usage=UsageInfo.of(len(group.prompt), group.completion_tokens))
+def _sample(logits: list[torch.Tensor], seqs: list[Seq]) -> list[Sampled]:
+    return sample(torch.stack(logits), [SampleRow(s.group.params, s.seed, s.index, s.group.prompt, s.output)
+                                        for s in seqs])
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

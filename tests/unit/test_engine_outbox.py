@@ -1,0 +1,62 @@
+"""Per-request output buffers: bounded, coalescing for slow readers, errors delivered once."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from engine.errors import EngineInternalError
+from engine.interface import ChoiceDelta, EngineOutput
+from engine.local.outbox import Outbox
+from engine.protocol import TokenLogprob, UsageInfo
+
+
+def out(*tokens: int, index: int = 0, finish: str | None = None) -> EngineOutput:
+    lp = [TokenLogprob(token_id=t, logprob=-1.0) for t in tokens]
+    return EngineOutput("r", [ChoiceDelta(index, list(tokens), lp, finish)], finished=finish is not None,
+                        usage=UsageInfo.of(3, 9) if finish else None)
+
+
+def test_slow_reader_gets_merged_deltas_and_memory_stays_bounded() -> None:
+    async def main() -> list[EngineOutput]:
+        box = Outbox(capacity=3)
+        for t in range(10):
+            box.push(out(t, index=t % 2))
+        box.push(out(99, finish="length"))
+        assert len(box) == 3
+        return [await box.get() for _ in range(3)]
+
+    got = asyncio.run(main())
+    tokens = {0: [], 1: []}  # type: dict[int, list[int]]
+    for o in got:
+        for c in o.choices:
+            tokens[c.index] += c.token_ids
+            assert c.logprobs is not None and [x.token_id for x in c.logprobs] == c.token_ids
+    assert tokens == {0: [0, 2, 4, 6, 8, 99], 1: [1, 3, 5, 7, 9]}
+    assert got[-1].finished and got[-1].usage is not None
+    assert [c.finish_reason for c in got[-1].choices] == ["length", None]
+
+
+def test_consumer_waits_for_the_next_push() -> None:
+    async def main() -> EngineOutput:
+        box = Outbox()
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.01, box.push, out(5))
+        return await box.get()
+
+    assert asyncio.run(main()).choices[0].token_ids == [5]
+
+
+def test_error_is_raised_once_and_nothing_follows_it() -> None:
+    async def main() -> None:
+        box = Outbox()
+        box.push(out(1))
+        box.push(EngineInternalError("boom"))
+        box.push(out(2))
+        assert (await box.get()).choices[0].token_ids == [1]
+        with pytest.raises(EngineInternalError):
+            await box.get()
+        assert len(box) == 0 and box.done
+
+    asyncio.run(main())
