@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
 import re
 from collections.abc import Callable
 from typing import Any
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
@@ -141,9 +142,12 @@ def vllm_pythonic(text: str) -> Split:
             return [value(v) for v in node.elts]
         raise ValueError(node)
 
-    parsed = ast.parse(text).body[0].value  # type: ignore[attr-defined]
-    calls = tuple((c.func.id, json.dumps({k.arg: value(k.value) for k in c.keywords}, ensure_ascii=False))
-                  for c in parsed.elts)
+    try:
+        parsed = ast.parse(text).body[0].value  # type: ignore[attr-defined]
+        calls = tuple((c.func.id, json.dumps({k.arg: value(k.value) for k in c.keywords}, ensure_ascii=False))
+                      for c in parsed.elts)
+    except Exception:
+        return Split(content=text)
     return Split(calls=calls)
 
 
@@ -157,7 +161,7 @@ def vllm_deepseek(text: str) -> Split:
     return Split(content=text[: text.find(begin)], calls=calls)
 
 
-names = st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True)
+names = st.from_regex(r"[a-z][a-z0-9_]{0,12}", fullmatch=True).filter(lambda s: not keyword.iskeyword(s))
 scalars = st.none() | st.booleans() | st.integers(-10**6, 10**20) | st.floats(allow_nan=False) | st.text(max_size=12)
 json_args = st.dictionaries(st.text(max_size=8), st.recursive(
     scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8),
@@ -165,7 +169,7 @@ json_args = st.dictionaries(st.text(max_size=8), st.recursive(
 # pythonic literals: vLLM refuses "-1" (a unary minus is not a constant) and inf/nan have no literal
 py_scalars = (st.none() | st.booleans() | st.integers(0, 10**20)
               | st.floats(min_value=0, allow_nan=False, allow_infinity=False) | st.text(max_size=12))
-py_args = st.dictionaries(st.from_regex(r"[a-z][a-z0-9_]{0,8}", fullmatch=True), st.recursive(
+py_args = st.dictionaries(names, st.recursive(
     py_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8),
     max_size=4)
 prose = st.text(alphabet="abc XYZ.,!?\n東😀", max_size=30)
@@ -177,11 +181,21 @@ def _render(calls: list[tuple[str, dict[str, Any]]], style: dict[str, Any], fmt:
     return "".join(fmt(name, json.dumps(args, **style)) for name, args in calls)
 
 
+MARKERS = ("<tool_call>", "</tool_call>", "[TOOL_CALLS]", "[ARGS]", "<｜tool")
+
+
+def no_markers_inside(calls: list[Any]) -> None:
+    """vLLM's parsers cut at a marker even inside a JSON string (a documented difference), so the
+    parity tests generate arguments without them; the vectors cover that case."""
+    assume(not any(m in json.dumps(calls, ensure_ascii=False) for m in MARKERS))
+
+
 @settings(max_examples=120, deadline=None)
 @given(pre=prose, calls=st.lists(st.tuples(names, json_args), min_size=1, max_size=3), style=dumps_style,
        after=prose, data=st.data())
 def test_hermes_matches_vllm_on_well_formed_output(pre: str, calls: list[Any], style: dict[str, Any], after: str,
                                                    data: st.DataObject) -> None:
+    no_markers_inside(calls)
     text = pre + _render(calls, style, lambda n, a: f'<tool_call>\n{{"name": {json.dumps(n)}, "arguments": {a}}}\n</tool_call>\n') + after
     assert one_shot(HermesToolParser, text) == vllm_hermes(text)
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=20))
@@ -193,6 +207,7 @@ def test_hermes_matches_vllm_on_well_formed_output(pre: str, calls: list[Any], s
        key=st.sampled_from(["arguments", "parameters"]), tag=st.booleans(), data=st.data())
 def test_llama3_json_matches_vllm_on_well_formed_output(calls: list[Any], style: dict[str, Any], key: str, tag: bool,
                                                         data: st.DataObject) -> None:
+    no_markers_inside(calls)
     body = "; ".join(f'{{"name": {json.dumps(n)}, "{key}": {json.dumps(a, **style)}}}' for n, a in calls)
     text = ("<|python_tag|>" if tag else "") + body
     expected = vllm_llama3_json(body)  # vLLM decodes with the special tag skipped
@@ -206,6 +221,7 @@ def test_llama3_json_matches_vllm_on_well_formed_output(calls: list[Any], style:
        v11=st.booleans(), data=st.data())
 def test_mistral_matches_vllm_on_well_formed_output(pre: str, calls: list[Any], style: dict[str, Any], v11: bool,
                                                     data: st.DataObject) -> None:
+    no_markers_inside(calls)
     if v11:
         text = pre + "".join(f"[TOOL_CALLS]{n}[ARGS]{json.dumps(a, **style)}" for n, a in calls)
     else:
@@ -220,6 +236,7 @@ def test_mistral_matches_vllm_on_well_formed_output(pre: str, calls: list[Any], 
 @given(calls=st.lists(st.tuples(names, py_args), min_size=1, max_size=3), sep=st.sampled_from([", ", ",\n  ", ","]),
        data=st.data())
 def test_pythonic_matches_vllm_on_well_formed_output(calls: list[Any], sep: str, data: st.DataObject) -> None:
+    no_markers_inside(calls)
     text = "[" + sep.join(f"{n}({', '.join(f'{k}={v!r}' for k, v in a.items())})" for n, a in calls) + "]"
     assert one_shot(PythonicToolParser, text) == vllm_pythonic(text)
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=20))
@@ -231,6 +248,7 @@ def test_pythonic_matches_vllm_on_well_formed_output(calls: list[Any], sep: str,
        after=prose, data=st.data())
 def test_deepseek_v3_matches_vllm_on_well_formed_output(pre: str, calls: list[Any], v31: bool, after: str,
                                                         data: st.DataObject) -> None:
+    no_markers_inside(calls)
     if v31:
         body = "".join(f"<｜tool▁call▁begin｜>{n}<｜tool▁sep｜>{json.dumps(a)}<｜tool▁call▁end｜>" for n, a in calls)
     else:

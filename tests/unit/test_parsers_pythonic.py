@@ -39,6 +39,7 @@ VECTORS: list[tuple[str, str, Split]] = [
     ("an expression: all of it is content", "[f(a=1+2)]", Split(content="[f(a=1+2)]")),
     ("an empty list: content", "[]", Split(content="[]")),
     ("a list of non-calls: content", "[1, 2, 3]", Split(content="[1, 2, 3]")),
+    ("a keyword as the name: content", "[if(a=1)]", Split(content="[if(a=1)]")),
     ("a dotted name: content", "[math.sqrt(x=2)]", Split(content="[math.sqrt(x=2)]")),
     ("text after the list is dropped", "[f(a=1)]\nI called f.", Split(calls=(("f", '{"a": 1}'),))),
     ("a trailing comma inside the call", "[f(a=1,)]", Split(calls=(("f", '{"a": 1}'),))),

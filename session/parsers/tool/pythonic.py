@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import ast
 import json
+import keyword
 import re
 from typing import Any
 
@@ -170,7 +171,7 @@ class PythonicToolParser(StreamingToolParser):
                     if final:
                         self._broken()
                     return
-                if buf[i] != "(":
+                if buf[i] != "(" or keyword.iskeyword(self._fname):  # "[if()]" is not Python
                     self._broken()
                     i = n
                     continue
