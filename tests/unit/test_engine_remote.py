@@ -1,0 +1,218 @@
+"""RemoteEngine against scripted remotes (httpx.MockTransport): vLLM 0.32's real answers are
+understood, cancelling aborts at the remote, and every failure is a clear engine error."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from engine.errors import EngineOverloaded, EngineTimeout, EngineUnavailable, InvalidGenerateRequest
+from engine.interface import EngineOutput
+from engine.protocol import GenerateRequest
+from engine.remote import RemoteEngine
+
+SAMPLES = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "generate_samples.json").read_text())
+URL = "http://remote.test"
+
+Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
+
+
+class Remote:
+    """A scripted remote engine that records what it was asked."""
+
+    def __init__(self, generate: Handler, *, abort_status: dict[str, int] | None = None) -> None:
+        self.generate = generate
+        self.abort_status = abort_status or {}
+        self.generate_bodies: list[dict[str, Any]] = []
+        self.aborts: list[tuple[str, list[str]]] = []
+
+    async def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        if path == "/inference/v1/generate":
+            self.generate_bodies.append(json.loads(request.content))
+            return await self.generate(request)
+        if path.endswith("abort_requests"):
+            self.aborts.append((path, json.loads(request.content)["request_ids"]))
+            return httpx.Response(self.abort_status.get(path, 200))
+        if path == "/health":
+            return httpx.Response(200, json={"status": "ok"})
+        return httpx.Response(404)
+
+    def engine(self, **kw: Any) -> RemoteEngine:
+        return RemoteEngine(URL, model_name="m", max_model_len=4096, transport=httpx.MockTransport(self), **kw)
+
+
+def sse(*events: Any) -> httpx.Response:
+    body = b"".join(b"data: " + (e if isinstance(e, bytes) else json.dumps(e).encode()) + b"\n\n" for e in events)
+    return httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"}, content=body)
+
+
+def vllm_stream(request: httpx.Request) -> Awaitable[httpx.Response]:
+    raw = "\n".join(SAMPLES["generate_stream"]["raw_lines"]) + "\n"
+    return _ready(httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"},
+                                 content=raw.encode()))
+
+
+async def _ready(r: httpx.Response) -> httpx.Response:
+    return r
+
+
+def fixed(r: httpx.Response) -> Handler:
+    async def handler(request: httpx.Request) -> httpx.Response:
+        return r
+    return handler
+
+
+def run(engine: RemoteEngine, req: GenerateRequest, stop_after: int | None = None) -> list[EngineOutput]:
+    async def main() -> list[EngineOutput]:
+        outs: list[EngineOutput] = []
+        try:
+            agen = engine.generate(req)
+            async for out in agen:
+                outs.append(out)
+                if stop_after is not None and len(outs) >= stop_after:
+                    await agen.aclose()  # type: ignore[attr-defined]
+                    break
+        finally:
+            await engine.close()
+        return outs
+    return asyncio.run(main())
+
+
+def req(**sp: Any) -> GenerateRequest:
+    return GenerateRequest.model_validate({**SAMPLES["generate_stream"]["request"], "stream": False,
+                                           "sampling_params": {"max_tokens": 8, "temperature": 0, **sp}})
+
+
+def test_vllm_stream_becomes_one_output_per_step_with_usage_at_the_end() -> None:
+    remote = Remote(vllm_stream)
+    outs = run(remote.engine(), req())
+    assert [o.choices[0].token_ids for o in outs] == [[201]] * 8
+    assert [o.finished for o in outs] == [False] * 7 + [True]
+    last = outs[-1]
+    assert last.choices[0].finish_reason == "length" and last.usage is not None
+    assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (27, 8)
+    sent = remote.generate_bodies[0]
+    assert sent["stream"] is True and sent["stream_options"]["include_usage"] is True
+    assert sent["request_id"] == "chatcmpl-9e1da87220c00168"
+    assert sent["sampling_params"]["max_tokens"] == 8
+    assert not remote.aborts
+
+
+def test_a_plain_json_answer_is_accepted_too() -> None:
+    remote = Remote(fixed(httpx.Response(200, json=SAMPLES["generate_logprobs"]["response"])))
+    outs = run(remote.engine(), req(logprobs=2))
+    assert len(outs) == 1 and outs[0].finished
+    choice = outs[0].choices[0]
+    assert choice.token_ids == [201, 201, 201] and choice.logprobs is not None
+    assert choice.logprobs[0].top_logprobs[1].token_id == 19437
+
+
+def test_older_vllm_logprob_strings_are_read_as_token_ids() -> None:
+    chunk = {"request_id": "x", "choices": [{"index": 0, "token_ids": [5], "finish_reason": "length",
+                                             "logprobs": {"content": [{"token": "token_id:5", "logprob": -1.0,
+                                                                       "top_logprobs": [{"token": "token_id:5",
+                                                                                         "logprob": -1.0}]}]}}]}
+    outs = run(Remote(fixed(sse(chunk, b"[DONE]"))).engine(), req(max_tokens=1, logprobs=1))
+    lp = outs[0].choices[0].logprobs
+    assert lp is not None and lp[0].token_id == 5 and lp[0].top_logprobs[0].token_id == 5
+
+
+def test_n_choices_finish_only_when_all_have_finished() -> None:
+    def chunk(*choices: tuple[int, int, str | None]) -> dict[str, Any]:
+        return {"request_id": "x", "usage": None,
+                "choices": [{"index": i, "token_ids": [t], "finish_reason": f} for i, t, f in choices]}
+    remote = Remote(fixed(sse(chunk((0, 1, None), (1, 2, None)), chunk((0, 3, "stop")), chunk((1, 4, "length")),
+                              {"request_id": "x", "usage": {"prompt_tokens": 3, "completion_tokens": 4,
+                                                            "total_tokens": 7}, "choices": []}, b"[DONE]")))
+    outs = run(remote.engine(), req(n=2))
+    assert [o.finished for o in outs] == [False, False, True]
+    assert outs[-1].usage is not None and outs[-1].usage.total_tokens == 7
+
+
+def test_leaving_early_aborts_at_the_remote() -> None:
+    remote = Remote(vllm_stream)
+    outs = run(remote.engine(), req(), stop_after=2)
+    assert len(outs) == 2
+    assert remote.aborts == [("/abort_requests", ["chatcmpl-9e1da87220c00168"])]
+
+
+def test_abort_falls_back_to_vllm_032_path() -> None:
+    remote = Remote(vllm_stream, abort_status={"/abort_requests": 404})
+
+    async def main() -> None:
+        engine = remote.engine()
+        await engine.abort(["a"])
+        await engine.abort(["b"])
+        await engine.close()
+
+    asyncio.run(main())
+    assert remote.aborts == [("/abort_requests", ["a"]), ("/inference/v1/abort_requests", ["a"]),
+                             ("/inference/v1/abort_requests", ["b"])]
+
+
+@pytest.mark.parametrize(("response", "error", "text"), [
+    (httpx.Response(400, json={"error": {"message": "sampling_params.top_p must be in (0, 1]", "type": "BadRequestError",
+                                         "param": "sampling_params.top_p", "code": 400}}),
+     InvalidGenerateRequest, "top_p must be"),
+    (httpx.Response(503, json={"error": {"message": "busy"}}), EngineOverloaded, "busy"),
+    (httpx.Response(500, text="Traceback (most recent call last): secret"), EngineUnavailable, "HTTP 500"),
+    (httpx.Response(404, json={"error": {"message": "The model `m` does not exist."}}), EngineUnavailable,
+     "does not exist"),
+    (httpx.Response(200, headers={"content-type": "text/html"}, text="<html>hello</html>"), EngineUnavailable,
+     "invalid answer"),
+    (sse(b"{not json"), EngineUnavailable, "not JSON"),
+    (sse({"request_id": "x", "choices": "nope"}), EngineUnavailable, "not a generate stream chunk"),
+    (sse({"request_id": "x", "choices": [{"index": 0, "token_ids": [1], "finish_reason": None}]}),
+     EngineUnavailable, "ended the stream"),
+    (sse({"error": {"message": "engine died", "code": 500}}), EngineUnavailable, "engine died"),
+])
+def test_failures_are_clear_engine_errors(response: httpx.Response, error: type[Exception], text: str) -> None:
+    with pytest.raises(error) as info:
+        run(Remote(fixed(response)).engine(), req())
+    assert text in str(info.value)
+    assert "Traceback" not in str(info.value)
+
+
+def test_400_keeps_the_remote_param() -> None:
+    body = {"error": {"message": "bad", "type": "BadRequestError", "param": "token_ids", "code": 400}}
+    with pytest.raises(InvalidGenerateRequest) as info:
+        run(Remote(fixed(httpx.Response(400, json=body))).engine(), req())
+    assert info.value.param == "token_ids"
+
+
+def test_unreachable_and_hanging_remotes() -> None:
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("connection refused", request=request)
+
+    async def hang(request: httpx.Request) -> httpx.Response:
+        raise httpx.ReadTimeout("timed out", request=request)
+
+    with pytest.raises(EngineUnavailable) as down:
+        run(Remote(refuse).engine(), req())
+    assert "Cannot reach the remote engine at http://remote.test" in down.value.message
+    with pytest.raises(EngineTimeout) as slow:
+        run(Remote(hang).engine(read_timeout=7), req())
+    assert "did not answer within 7 s" in slow.value.message and slow.value.status == 504
+
+
+def test_health_reports_an_unreachable_remote() -> None:
+    async def refuse(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("nope", request=request)
+
+    async def main() -> tuple[bool, bool, str]:
+        up = Remote(vllm_stream).engine()
+        down = RemoteEngine(URL, model_name="m", max_model_len=10, transport=httpx.MockTransport(refuse))
+        a, b = await up.health(), await down.health()
+        await up.close()
+        await down.close()
+        return a.ok, b.ok, b.detail
+
+    ok_up, ok_down, detail = asyncio.run(main())
+    assert ok_up and not ok_down and "unreachable" in detail
