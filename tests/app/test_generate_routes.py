@@ -40,7 +40,7 @@ def client(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Ite
 
 
 def sample_request(**changes: Any) -> dict[str, Any]:
-    body = json.loads(json.dumps(SAMPLES["generate_nonstream"]["request"]))
+    body: dict[str, Any] = json.loads(json.dumps(SAMPLES["generate_nonstream"]["request"]))
     sp = changes.pop("sampling_params", {})
     body["sampling_params"].update(sp)
     body.update(changes)
