@@ -13,6 +13,8 @@ import weakref
 from dataclasses import dataclass
 from typing import Any
 
+from session.render.segments import SegmentCache, plan_for
+
 # One private copy of each tokenizer's Rust backend, shared by every renderer of that tokenizer
 # (copying a 150k-token vocabulary takes a noticeable fraction of a second). Renderers never
 # change the copy's state.
@@ -37,6 +39,7 @@ class Encoder:
     def __init__(self, tokenizer: Any) -> None:
         self._tokenizer = tokenizer
         self._rust: Any = None
+        self._segments: SegmentCache | None = None
         backend = getattr(tokenizer, "_tokenizer", None)
         from tokenizers import Tokenizer
 
@@ -50,6 +53,8 @@ class Encoder:
                     rust.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
                     _COPIES[tokenizer] = rust
             self._rust = rust
+            plan = plan_for(rust)
+            self._segments = SegmentCache(rust, plan) if plan is not None else None
 
     @property
     def has_offsets(self) -> bool:
@@ -63,8 +68,11 @@ class Encoder:
         return Encoded(list(ids), None, None)
 
     def ids(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        """Just the ids; a chat prompt (no post-processor tokens) goes through the piece cache."""
+        if not add_special_tokens and self._segments is not None:
+            return self._segments.encode(text)
         if self._rust is not None:
-            ids: list[int] = self._rust.encode(text, add_special_tokens=add_special_tokens).ids
+            ids: list[int] = self._rust.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
             return ids
         return list(self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"])
 
