@@ -133,7 +133,7 @@ class StateCodec:
         payload = orjson.dumps({"r": binding.request_id, "i": binding.choice_index, "c": binding.context,
                                 "s": seq, "b": body})
         head = f"{VERSION}.{self.key_id}.{_b64e(payload)}"
-        mac = hmac.new(self._sign_key, head.encode(), hashlib.sha256).digest()
+        mac = hmac.digest(self._sign_key, head.encode(), "sha256")
         token = f"{head}.{_b64e(mac)}"
         if len(token) > self.max_bytes:
             raise StateError(
@@ -190,7 +190,7 @@ class StateCodec:
         if key is None:
             raise StateError("stream_state was signed with a key this server does not have; replicas "
                              "must share the same --state-secret.", reason="unknown_key")
-        expected = hmac.new(key, f"{VERSION}.{kid}.{payload_text}".encode(), hashlib.sha256).digest()
+        expected = hmac.digest(key, f"{VERSION}.{kid}.{payload_text}".encode(), "sha256")
         # compare the canonical text: base64's unused low bits must not let two texts verify
         if not hmac.compare_digest(mac_text.encode(), _b64e(expected).encode()):
             raise StateError("stream_state failed signature verification (it was modified or "

@@ -13,7 +13,8 @@ model), restores one choice, pushes one engine chunk, and returns the chunk with
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from engine.protocol import GenerateResponse, GenerateStreamResponse
@@ -25,6 +26,7 @@ from session.derender.bounds import (
     check_top_logprobs,
 )
 from session.derender.chat import ChatDerenderer, chat_response
+from session.derender.choice import StreamSpec
 from session.derender.completion import CompletionDerenderer, completion_response
 from session.derender.spec import PARSER_REQUIRES_CHAT_REQUEST, ParserConfig, chat_spec, completion_spec
 from session.detokenizer import TokenTable, token_table
@@ -45,6 +47,7 @@ PROMPT_IDS_REQUIRED = (
     "configured (the parsers need the end of the prompt)."
 )
 _PROMPT_SUFFIX = re.compile(r"-(\d+)$")
+_SPEC_CACHE_SIZE = 256
 
 
 class DerenderService:
@@ -56,6 +59,18 @@ class DerenderService:
         self.max_model_len = max_model_len
         self.parsers = parsers
         self.codec = codec
+        # streaming calls of one stream repeat the same request context: its spec is built once
+        self._specs: OrderedDict[str, StreamSpec] = OrderedDict()
+
+    def _spec(self, digest: str, build: Callable[[], StreamSpec]) -> StreamSpec:
+        spec = self._specs.get(digest)
+        if spec is None:
+            spec = self._specs[digest] = build()
+            if len(self._specs) > _SPEC_CACHE_SIZE:
+                self._specs.popitem(last=False)
+        else:
+            self._specs.move_to_end(digest)
+        return spec
 
     # --- shared checks ---------------------------------------------------------------------------
     def _check_model(self, model: str | None) -> None:
@@ -116,10 +131,12 @@ class DerenderService:
         options = self._chat_options(req.chat_request)
         if not chunk.choices:
             return self._usage_only(chunk, req.stream_state, now, chat=True)
-        spec = chat_spec(self.table, self.parsers, req.chat_request, req.prompt_token_ids or ())
         gc = chunk.choices[0]
-        binding = StateBinding(chunk.request_id, gc.index, context_digest(
-            "chat", raw_chat_request, req.prompt_token_ids or [], self.parsers.names, self.model_name))
+        digest = context_digest("chat", raw_chat_request, req.prompt_token_ids or [], self.parsers.names,
+                                self.model_name)
+        binding = StateBinding(chunk.request_id, gc.index, digest)
+        spec = self._spec(digest, lambda: chat_spec(self.table, self.parsers, req.chat_request,
+                                                     req.prompt_token_ids or ()))
         seq, created, snap = self._open(req.stream_state, binding, now)
         d = ChatDerenderer(spec, request_id=chunk.request_id, created=created, model=self.model_name, n=0,
                            prompt_tokens=req.prompt_tokens or 0, **options)
@@ -177,9 +194,9 @@ class DerenderService:
             return self._usage_only(chunk, req.stream_state, now, chat=False)
         gc = chunk.choices[0]
         prompt_ids = req.prompt_token_ids or ()
-        spec = completion_spec(self.table, creq, prompt_ids)
-        binding = StateBinding(chunk.request_id, gc.index, context_digest(
-            "completion", raw_completion_request, list(prompt_ids), self.model_name))
+        digest = context_digest("completion", raw_completion_request, list(prompt_ids), self.model_name)
+        binding = StateBinding(chunk.request_id, gc.index, digest)
+        spec = self._spec(digest, lambda: completion_spec(self.table, creq, prompt_ids))
         seq, created, snap = self._open(req.stream_state, binding, now)
         m = _PROMPT_SUFFIX.search(chunk.request_id)
         prompt_index = int(m.group(1)) if m and creq is not None and len(creq.prompts()) > 1 else 0

@@ -1,0 +1,370 @@
+"""Derender benchmark: incremental derender cost by output position, state size, whole-stream CPU,
+and one HTTP stream end to end, against the targets of issue 5 and vLLM 0.32's figures.
+
+The stream is what a reasoning model with tools produces (Qwen3 tokenizer, ``hermes`` tool parser and
+``qwen3`` reasoning parser on): thinking, then content, then one tool call with a long argument,
+ending inside the call's arguments at position ~4,000 (the hardest place for the state: an
+unfinished tool call). Measured, each in two modes — state kept in memory between chunks (a
+WebSocket / SSE pipeline) and state encoded, signed, verified and restored on every chunk (the
+HTTP streaming route and WebSocket ``derender`` frames, measured at the service, request
+validation included):
+
+- per-chunk latency at output positions ~100, ~1,000 and ~4,000, one-token and 8-token chunks;
+- the encoded state's size at those positions;
+- total CPU for the whole 4,000-token stream; the raw ``tokenizers`` ``DecodeStream`` over the same
+  tokens (the floor); one non-streaming derender of the same tokens;
+- one HTTP stream, one token per call, against a real ``tokenwire launch render`` process, on a
+  stream shaped like vLLM's reference (2,960 tokens: 2,015 of thinking, 508 of content, a 408-token
+  tool-call argument).
+
+Usage: ``python bench/derender_bench.py [--quick] [--no-http] [--out bench/results/derender.json]``.
+Prints one JSON document (also written to ``--out``). Timings are wall-clock medians (per chunk) and
+process CPU (whole streams) on whatever machine runs it; say so when quoting them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import os
+import platform
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from engine.protocol import GenerateChoice, GenerateResponse  # noqa: E402
+from session.derender import ChatDerenderer, DerenderService, chat_derenderer, chat_response, resolve_parsers  # noqa: E402
+from session.protocol.openai import ChatCompletionRequest  # noqa: E402
+from session.protocol.openai_responses import DerenderChatRequest, DerenderChatStreamRequest  # noqa: E402
+from session.state import StateCodec  # noqa: E402
+
+# vLLM 0.32 (CPU render server, hermes + qwen3, one token per HTTP call, 2,960 tokens) — issue 5
+VLLM = {"tokens": 2960, "parser_stream_s": 160.0, "parser_stream_s_8_per_call": 12.7, "plain_stream_s": 5.3,
+        "non_streaming_ms": 52.0, "parser_call_ms_start": 6.0, "parser_call_ms_end": 109.0}
+TARGETS = {"latency_4000_over_100": 1.3, "in_memory_over_decodestream_per_token": 10.0,
+           "in_memory_stream_over_non_streaming": 2.0, "http_over_vllm_plain": 1.0, "vllm_parser_over_http": 30.0}
+POSITIONS = (100, 1000, 4000)
+WINDOW = 24  # chunks measured around each position
+TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
+                                           "parameters": {"type": "object", "properties": {
+                                               "city": {"type": "string"}, "notes": {"type": "string"}}}}}]
+CHAT_REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Plan my week in Paris and 東京."}],
+                "tools": TOOLS, "stream": True, "stream_options": {"include_usage": True}}
+THINK = ("Let me think about the weather in Paris and 東京 this week 🤔. The user wants a plan, so I should "
+         "check each day, compare temperatures, and keep the answer short. ")
+CONTENT = "Here is a short plan for your week, day by day, with the forecast for each city. 🌤️ "
+NOTES = "Monday: museums if it rains; Tuesday: river walk; Wednesday: day trip; 雨なら美術館. "
+
+
+def _tokenizer() -> Any:
+    from transformers import AutoTokenizer
+
+    from server.assets import ensure
+
+    return AutoTokenizer.from_pretrained(str(ensure("qwen3")), local_files_only=True)
+
+
+def _take(tok: Any, unit: str, n: int) -> str:
+    """Repeat ``unit`` until it encodes to at least ``n`` tokens, then cut to ``n`` tokens."""
+    text = unit
+    while len(tok._tokenizer.encode(text, add_special_tokens=False).ids) < n:
+        text += unit
+    ids = tok._tokenizer.encode(text, add_special_tokens=False).ids[:n]
+    return str(tok._tokenizer.decode(ids))
+
+
+def build_stream(tok: Any, think: int, content: int, args: int, *, close: bool) -> list[int]:
+    """thinking → content → one hermes tool call whose ``notes`` argument is ``args`` tokens long."""
+    notes = _take(tok, NOTES, args).replace("\\", "").replace('"', "'")
+    head = ("<think>\n" + _take(tok, THINK, think) + "\n</think>\n\n" + _take(tok, CONTENT, content)
+            + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "notes": "')
+    text = head + notes + ('"}}\n</tool_call>' if close else "")
+    ids = list(tok._tokenizer.encode(text, add_special_tokens=False).ids)
+    return [*ids, tok.eos_token_id] if close else ids
+
+
+def _prompt(tok: Any) -> list[int]:
+    return list(tok._tokenizer.encode("<|im_start|>user\nPlan my week.<|im_end|>\n<|im_start|>assistant\n",
+                                      add_special_tokens=False).ids)
+
+
+def _chunks(ids: list[int], size: int) -> list[list[int]]:
+    return [ids[k:k + size] for k in range(0, len(ids), size)]
+
+
+def _median_us(samples: list[float]) -> float:
+    return round(statistics.median(samples) * 1e6, 2)
+
+
+# --- in-memory mode -----------------------------------------------------------------------------------
+
+
+def _derenderer(tok: Any, prompt: list[int]) -> ChatDerenderer:
+    return chat_derenderer(ChatCompletionRequest.model_validate(CHAT_REQUEST), prompt, request_id="chatcmpl-bench",
+                           created=0, model="bench", tokenizer=tok, tool_parser="hermes", reasoning_parser="qwen3",
+                           enable_auto_tool_choice=True)
+
+
+def in_memory(tok: Any, ids: list[int], prompt: list[int], size: int, repeats: int) -> dict[str, Any]:
+    chunks = _chunks(ids, size)
+    per_chunk: list[list[float]] = [[] for _ in chunks]
+    cpu: list[float] = []
+    for _ in range(repeats):
+        d = _derenderer(tok, prompt)
+        push = d.push
+        gc.disable()
+        c0 = time.process_time()
+        for k, piece in enumerate(chunks):
+            t = time.perf_counter()
+            push(0, piece)
+            per_chunk[k].append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c0)
+        gc.enable()
+    return {"latency_us": _at_positions(per_chunk, size), "stream_cpu_ms": round(min(cpu) * 1e3, 2)}
+
+
+def _at_positions(per_chunk: list[list[float]], size: int) -> dict[str, float]:
+    """Per position: the median of the WINDOW chunks from there, taken per repetition, then the
+    lowest repetition (the shared machine's other load only ever adds time)."""
+    out = {}
+    repeats = len(per_chunk[0])
+    for pos in POSITIONS:
+        first = max(0, min(pos // size, len(per_chunk) - WINDOW))
+        window = per_chunk[first:first + WINDOW]
+        out[str(pos)] = min(_median_us([samples[r] for samples in window]) for r in range(repeats))
+    return out
+
+
+# --- encoded-state mode ---------------------------------------------------------------------------------
+
+
+def _service(tok: Any) -> DerenderService:
+    return DerenderService(tok, model_name="bench", max_model_len=32768, codec=StateCodec([b"bench-secret"]),
+                           parsers=resolve_parsers("hermes", "qwen3", enable_auto_tool_choice=True))
+
+
+def encoded(tok: Any, ids: list[int], prompt: list[int], size: int, repeats: int) -> dict[str, Any]:
+    """Every chunk: validate the request, verify + decode the state, restore, push, snapshot, sign."""
+    chunks = _chunks(ids, size)
+    per_chunk: list[list[float]] = [[] for _ in chunks]
+    sizes: dict[str, int] = {}
+    cpu: list[float] = []
+    for _ in range(repeats):
+        svc = _service(tok)
+        state = None
+        gc.disable()
+        c0 = time.process_time()
+        for k, piece in enumerate(chunks):
+            raw = {"stream": True, "stream_state": state, "prompt_token_ids": prompt, "chat_request": CHAT_REQUEST,
+                   "generate_chunk": {"request_id": "chatcmpl-bench", "choices": [{"index": 0, "token_ids": piece}]}}
+            t = time.perf_counter()
+            out = svc.chat_stream(DerenderChatStreamRequest.model_validate(raw), raw["chat_request"], now=0)
+            per_chunk[k].append(time.perf_counter() - t)
+            state = out["stream_state"]
+            for pos in POSITIONS:
+                if k * size <= pos < (k + 1) * size:
+                    sizes[str(pos)] = len(state)
+            sizes["max"] = max(sizes.get("max", 0), len(state))
+        cpu.append(time.process_time() - c0)
+        gc.enable()
+    return {"latency_us": _at_positions(per_chunk, size), "stream_cpu_ms": round(min(cpu) * 1e3, 2),
+            "state_bytes": sizes}
+
+
+# --- floors and references -------------------------------------------------------------------------------
+
+
+def decode_stream_floor(tok: Any, ids: list[int], repeats: int) -> dict[str, float]:
+    from tokenizers.decoders import DecodeStream
+
+    rust = tok._tokenizer
+    best = 1e9
+    for _ in range(repeats):
+        ds = DecodeStream(skip_special_tokens=True)
+        step = ds.step
+        c0 = time.process_time()
+        for i in ids:
+            step(rust, i)
+        best = min(best, time.process_time() - c0)
+    return {"stream_cpu_ms": round(best * 1e3, 3), "per_token_us": round(best / len(ids) * 1e6, 3)}
+
+
+def non_streaming(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> dict[str, float]:
+    response = GenerateResponse(request_id="chatcmpl-bench",
+                                choices=[GenerateChoice(index=0, finish_reason="length", token_ids=ids)])
+    one_shot = {k: v for k, v in CHAT_REQUEST.items() if k not in ("stream", "stream_options")}
+    raw = {"prompt_token_ids": prompt, "chat_request": one_shot,
+           "generate_response": {"request_id": "chatcmpl-bench", "choices": [
+               {"index": 0, "finish_reason": "length", "token_ids": ids}]}}
+    svc = _service(tok)
+
+    def one() -> None:
+        chat_response(_derenderer(tok, prompt), response)
+
+    def served() -> None:  # what a /derender request costs the server: parse, validate, derender, serialize
+        body = orjson.loads(orjson.dumps(raw))
+        orjson.dumps(svc.chat(DerenderChatRequest.model_validate(body)))
+
+    return {"function_ms": round(_best_cpu(one, repeats) * 1e3, 3),
+            "service_ms": round(_best_cpu(served, repeats) * 1e3, 3)}
+
+
+def _best_cpu(f: Callable[[], None], repeats: int) -> float:
+    best = 1e9
+    for _ in range(repeats):
+        c0 = time.process_time()
+        f()
+        best = min(best, time.process_time() - c0)
+    return best
+
+
+# --- HTTP -------------------------------------------------------------------------------------------------
+
+
+def http_stream(tok: Any, ids: list[int], prompt: list[int], size: int = 1) -> dict[str, Any]:
+    """One streaming derender over HTTP against a real ``launch render`` process. The client is
+    ``http.client`` on one keep-alive connection (a thin client: the figure is the server's)."""
+    import http.client
+
+    from server.assets import ensure
+    from tests.support.server_proc import ServerProcess
+
+    args = ["launch", "render", str(ensure("qwen3")), "--served-model-name", "bench", "--tool-call-parser", "hermes",
+            "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--state-secret", "bench-secret",
+            "--log-level", "warning"]
+    with ServerProcess(args, preamble="import sys\nsys.modules['torch'] = None\n") as srv:
+        host, port = srv.url.rsplit("/", 1)[-1].rsplit(":", 1)
+        conn = http.client.HTTPConnection(host, int(port), timeout=30)
+        headers = {"content-type": "application/json"}
+        chunks = _chunks(ids, size)
+        calls: list[float] = []
+        state = None
+        t0 = time.perf_counter()
+        for k, piece in enumerate(chunks):
+            body = orjson.dumps({"stream": True, "model": "bench", "stream_state": state, "prompt_token_ids": prompt,
+                                 "chat_request": CHAT_REQUEST, "generate_chunk": {
+                                     "request_id": "chatcmpl-http", "choices": [{
+                                         "index": 0, "token_ids": piece,
+                                         "finish_reason": "stop" if k == len(chunks) - 1 else None}]}})
+            t = time.perf_counter()
+            conn.request("POST", "/v1/chat/completions/derender", body=body, headers=headers)
+            r = conn.getresponse()
+            data = r.read()
+            calls.append(time.perf_counter() - t)
+            if r.status != 200:
+                raise RuntimeError(f"HTTP {r.status}: {data[:500]!r}")
+            state = orjson.loads(data)["stream_state"]
+        total = time.perf_counter() - t0
+        conn.close()
+    n = len(chunks)
+    return {"tokens": len(ids), "calls": n, "client": "http.client, one keep-alive connection",
+            "total_s": round(total, 3),
+            "call_ms_first_100": round(statistics.median(calls[:100]) * 1e3, 3),
+            "call_ms_last_100": round(statistics.median(calls[-100:]) * 1e3, 3),
+            "call_ms_median": round(statistics.median(calls) * 1e3, 3),
+            "call_ms_mean": round(total / n * 1e3, 3)}
+
+
+# --- main ---------------------------------------------------------------------------------------------------
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    p.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
+    p.add_argument("--no-http", action="store_true", help="skip the HTTP stream against a real server")
+    p.add_argument("--out", default=str(ROOT / "bench" / "results" / "derender.json"))
+    args = p.parse_args(argv)
+    repeats = 2 if args.quick else 7
+
+    tok = _tokenizer()
+    prompt = _prompt(tok)
+    ids = build_stream(tok, think=2800, content=700, args=600, close=False)[:4100]  # ends inside the arguments
+    result: dict[str, Any] = {
+        "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+                    "note": "shared development machine unless stated otherwise"},
+        "stream": {"tokens": len(ids), "tokenizer": "qwen3", "parsers": ["hermes", "qwen3"],
+                   "positions": list(POSITIONS),
+                   "phases": {"100": "reasoning", "1000": "reasoning", "4000": "tool-call arguments (unfinished call)"},
+                   "layout": "2,800 reasoning + 700 content + a tool call; ends inside its arguments"},
+        "vllm_0_32": VLLM, "targets": TARGETS,
+    }
+    floor = decode_stream_floor(tok, ids, repeats * 2)
+    result["decode_stream_floor"] = floor
+    result["non_streaming"] = non_streaming(tok, ids, prompt, repeats * 2)
+    for mode, run in (("in_memory", in_memory), ("encoded_state", encoded)):
+        reps = max(1, repeats // 2) if mode == "encoded_state" else repeats
+        result[mode] = {f"{size}_token_chunks": run(tok, ids, prompt, size, reps) for size in (1, 8)}
+    # control: the same positions all inside one phase (reasoning), so the ratio shows position alone
+    control = build_stream(tok, think=4300, content=50, args=50, close=True)
+    result["control_reasoning_only"] = {
+        "note": "positions 100 / 1,000 / 4,000 all inside the reasoning section",
+        "in_memory": in_memory(tok, control, prompt, 1, repeats),
+        "encoded_state": encoded(tok, control, prompt, 1, max(1, repeats // 2))}
+    if not args.no_http:
+        ref = build_stream(tok, think=2015, content=508, args=408, close=True)
+        result["http_one_token_per_call"] = http_stream(tok, ref, prompt)
+
+    result["ratios"] = ratios(result)
+    text = json.dumps(result, indent=1, ensure_ascii=False)
+    print(text)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text + "\n")
+    return 0
+
+
+def ratios(r: dict[str, Any]) -> dict[str, Any]:
+    """Each measured ratio next to its target, and whether it holds."""
+    out: dict[str, Any] = {}
+    for mode in ("in_memory", "encoded_state"):
+        for size in ("1_token_chunks", "8_token_chunks"):
+            lat = r[mode][size]["latency_us"]
+            value = lat["4000"] / lat["100"]
+            out[f"{mode}.{size}.latency_4000_over_100"] = _cmp(value, TARGETS["latency_4000_over_100"])
+    tokens = r["stream"]["tokens"]
+    for size in ("1_token_chunks", "8_token_chunks"):
+        per_token = r["in_memory"][size]["stream_cpu_ms"] / tokens
+        floor = r["decode_stream_floor"]["stream_cpu_ms"] / tokens
+        out[f"in_memory.{size}.per_token_over_decodestream"] = _cmp(per_token / floor,
+                                                                    TARGETS["in_memory_over_decodestream_per_token"])
+        for ref in ("function_ms", "service_ms"):
+            out[f"in_memory.{size}.stream_over_non_streaming_{ref[:-3]}"] = _cmp(
+                r["in_memory"][size]["stream_cpu_ms"] / r["non_streaming"][ref],
+                TARGETS["in_memory_stream_over_non_streaming"])
+    for mode in ("in_memory", "encoded_state"):
+        lat = r["control_reasoning_only"][mode]["latency_us"]
+        out[f"control_reasoning_only.{mode}.latency_4000_over_100"] = _cmp(lat["4000"] / lat["100"],
+                                                                          TARGETS["latency_4000_over_100"])
+    sizes = r["encoded_state"]["1_token_chunks"]["state_bytes"]
+    out["state_bytes_4000_over_100"] = {"value": round(sizes["4000"] / sizes["100"], 2),
+                                        "note": "position 4,000 is inside an unfinished tool call"}
+    control = r["control_reasoning_only"]["encoded_state"]["state_bytes"]
+    out["control_reasoning_only.state_bytes_4000_over_100"] = round(control["4000"] / control["100"], 2)
+    http = r.get("http_one_token_per_call")
+    if http:
+        scale = http["tokens"] / VLLM["tokens"]
+        out["http.total_over_vllm_plain_detokenization"] = _cmp(http["total_s"] / (VLLM["plain_stream_s"] * scale),
+                                                                TARGETS["http_over_vllm_plain"])
+        speedup = VLLM["parser_stream_s"] * scale / http["total_s"]
+        out["http.vllm_parser_path_over_tokenwire"] = {"value": round(speedup, 1),
+                                                       "target_at_least": TARGETS["vllm_parser_over_http"],
+                                                       "holds": speedup >= TARGETS["vllm_parser_over_http"]}
+        out["http.last_calls_over_first_calls"] = round(http["call_ms_last_100"] / http["call_ms_first_100"], 2)
+    return out
+
+
+def _cmp(value: float, target: float) -> dict[str, Any]:
+    return {"value": round(value, 2), "target_at_most": target, "holds": value <= target}
+
+
+if __name__ == "__main__":
+    sys.exit(main())
