@@ -15,9 +15,9 @@ from typing import Any
 
 from session.render.segments import SegmentCache, plan_for
 
-# One private copy of each tokenizer's Rust backend, shared by every renderer of that tokenizer
-# (copying a 150k-token vocabulary takes a noticeable fraction of a second). Renderers never
-# change the copy's state.
+# One private copy of each tokenizer's Rust backend (and how to cut its input into pieces),
+# shared by every renderer of that tokenizer: copying a 150k-token vocabulary takes a noticeable
+# fraction of a second. Renderers never change the copy's state.
 _COPIES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
 _COPIES_LOCK = threading.Lock()
 
@@ -45,16 +45,15 @@ class Encoder:
 
         if isinstance(backend, Tokenizer):
             with _COPIES_LOCK:
-                rust = _COPIES.get(tokenizer)
-                if rust is None:
+                entry = _COPIES.get(tokenizer)
+                if entry is None:
                     rust = Tokenizer.from_str(backend.to_str())
                     rust.no_truncation()
                     rust.no_padding()
                     rust.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-                    _COPIES[tokenizer] = rust
-            self._rust = rust
-            plan = plan_for(rust)
-            self._segments = SegmentCache(rust, plan) if plan is not None else None
+                    entry = _COPIES[tokenizer] = (rust, plan_for(rust))
+            self._rust, plan = entry
+            self._segments = SegmentCache(self._rust, plan) if plan is not None else None
 
     @property
     def has_offsets(self) -> bool:
@@ -67,10 +66,11 @@ class Encoder:
         ids = self._tokenizer(text, add_special_tokens=add_special_tokens)["input_ids"]
         return Encoded(list(ids), None, None)
 
-    def ids(self, text: str, *, add_special_tokens: bool) -> list[int]:
-        """Just the ids; a chat prompt (no post-processor tokens) goes through the piece cache."""
+    def ids(self, text: str, *, add_special_tokens: bool, salt: str | None = None) -> list[int]:
+        """Just the ids; a chat prompt (no post-processor tokens) goes through the piece cache,
+        shared only between requests with the same ``salt`` (the request's ``cache_salt``)."""
         if not add_special_tokens and self._segments is not None:
-            return self._segments.encode(text)
+            return self._segments.encode(text, salt=salt)
         if self._rust is not None:
             ids: list[int] = self._rust.encode_batch_fast([text], add_special_tokens=add_special_tokens)[0].ids
             return ids

@@ -90,7 +90,8 @@ class Renderer:
             mask = fit_mask(assistant_mask(encoded, rendered.generation_spans), len(ids)) if want_mask else None
             offsets = encoded.offsets if req.return_token_offsets else None
         else:
-            ids, mask, offsets = self.encoder.ids(rendered.text, add_special_tokens=req.add_special_tokens), None, None
+            ids = self.encoder.ids(rendered.text, add_special_tokens=req.add_special_tokens, salt=req.cache_salt)
+            mask, offsets = None, None
         fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
                             truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
                             offsets=offsets, param="messages",

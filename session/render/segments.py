@@ -7,6 +7,10 @@ pieces between them. Chat prompts repeat most pieces from request to request (th
 the tool schemas, the conversation so far), so the pieces' ids are cached (LRU, bounded) and only
 new pieces reach the tokenizer.
 
+Pieces are keyed by the request's ``cache_salt`` as well: like vLLM's prefix cache, requests
+share cached pieces only with requests of the same salt, so a tenant that salts its requests
+cannot learn from render timing whether another tenant's text was rendered recently.
+
 This holds only where the tokenizer really works piece by piece, which :func:`plan_for` checks:
 no ``single_word`` / ``lstrip`` / ``rstrip`` added tokens, no Metaspace pre-tokenizer (its
 "prepend on the first piece only" depends on a piece's position), special tokens not split. The
@@ -23,7 +27,8 @@ from dataclasses import dataclass
 from typing import Any
 
 MAX_ENTRIES = 4096  # cached pieces
-MAX_PIECE_CHARS = 256 * 1024  # longer pieces are encoded every time, not kept
+MAX_CACHED_CHARS = 2 * 1024 * 1024  # total text kept (ids take about 10 bytes per char on top)
+MAX_PIECE_CHARS = 64 * 1024  # longer pieces are encoded every time, not kept
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +60,18 @@ class SegmentCache:
     def __init__(self, rust: Any, plan: Plan) -> None:
         self._rust = rust
         self._plan = plan
-        self._cache: OrderedDict[str, list[int]] = OrderedDict()
+        self._cache: OrderedDict[tuple[str | None, str], list[int]] = OrderedDict()
+        self._chars = 0
         self._lock = threading.Lock()
 
-    def encode(self, text: str) -> list[int]:
+    def __len__(self) -> int:
+        return len(self._cache)
+
+    @property
+    def cached_chars(self) -> int:
+        return self._chars
+
+    def encode(self, text: str, *, salt: str | None = None) -> list[int]:
         """The ids of ``text`` without the post-processor's special tokens."""
         plan = self._plan
         pieces: list[str | int] = []  # text pieces, and added-token ids in place
@@ -77,12 +90,12 @@ class SegmentCache:
             cache = self._cache
             for p in pieces:
                 if isinstance(p, str) and p not in found:
-                    hit = cache.get(p)
+                    hit = cache.get((salt, p))
                     if hit is None:
                         missing.append(p)
                         found[p] = []
                     else:
-                        cache.move_to_end(p)
+                        cache.move_to_end((salt, p))
                         found[p] = hit
         if missing:
             encoded = self._rust.encode_batch_fast(missing, add_special_tokens=False)
@@ -90,10 +103,13 @@ class SegmentCache:
                 for piece, enc in zip(missing, encoded, strict=True):
                     ids = enc.ids
                     found[piece] = ids
-                    if len(piece) <= MAX_PIECE_CHARS:
-                        self._cache[piece] = ids
-                while len(self._cache) > MAX_ENTRIES:
-                    self._cache.popitem(last=False)
+                    key = (salt, piece)
+                    if len(piece) <= MAX_PIECE_CHARS and key not in self._cache:
+                        self._cache[key] = ids
+                        self._chars += len(piece)
+                while len(self._cache) > MAX_ENTRIES or self._chars > MAX_CACHED_CHARS:
+                    (_, old), _ids = self._cache.popitem(last=False)
+                    self._chars -= len(old)
         out: list[int] = []
         for p in pieces:
             if isinstance(p, str):
