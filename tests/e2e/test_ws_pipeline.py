@@ -44,7 +44,8 @@ def chat_body(i: int, *, tools: bool = False, max_tokens: int = 12) -> dict[str,
 
 def accumulate_chat(frames: list[dict[str, Any]]) -> dict[str, Any]:
     """An OpenAI client's accumulation of a streamed chat: content, tool calls, finish reason."""
-    content, calls, finish = "", {}, None
+    content, finish = "", None
+    calls: dict[int, dict[str, str]] = {}
     for frame in frames:
         if frame["type"] != "chat.delta":
             continue
@@ -174,7 +175,7 @@ def test_a_stream_cut_off_midway_resumes_on_another_replica_without_gap_or_dupli
     async def first_part() -> tuple[str, dict[str, Any], list[int]]:
         client = await SessionClient.open(server.ws_url)
         await client.send(type="chat", id="c", body=body, resumable=True)
-        frames = []
+        frames: list[dict[str, Any]] = []
         while sum(len(f["output_token_ids"]) for f in frames) < 8:
             frame = await client.next()
             assert frame["type"] == "chat.delta"
