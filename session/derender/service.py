@@ -12,6 +12,7 @@ model), restores one choice, pushes one engine chunk, and returns the chunk with
 
 from __future__ import annotations
 
+import contextlib
 import re
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
@@ -63,13 +64,20 @@ class DerenderService:
         self._specs: OrderedDict[str, StreamSpec] = OrderedDict()
 
     def _spec(self, digest: str, build: Callable[[], StreamSpec]) -> StreamSpec:
-        spec = self._specs.get(digest)
+        # Large requests run on worker threads: every step here is one atomic dict operation, and
+        # a race (another thread evicting the entry) only costs a rebuild.
+        specs = self._specs
+        spec = specs.get(digest)
         if spec is None:
-            spec = self._specs[digest] = build()
-            if len(self._specs) > _SPEC_CACHE_SIZE:
-                self._specs.popitem(last=False)
+            spec = specs[digest] = build()
+            while len(specs) > _SPEC_CACHE_SIZE:
+                try:
+                    specs.popitem(last=False)
+                except KeyError:
+                    break
         else:
-            self._specs.move_to_end(digest)
+            with contextlib.suppress(KeyError):
+                specs.move_to_end(digest)
         return spec
 
     # --- shared checks ---------------------------------------------------------------------------
