@@ -29,6 +29,7 @@ ROUTE_MODULES = (
     "server.routes.render",
     "server.routes.derender",
     "server.routes.generate",
+    "server.routes.pipeline",
 )
 # Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
 WEBSOCKET_MODULES: tuple[str, ...] = ("server.ws",)

@@ -1,0 +1,85 @@
+"""The full-pipeline endpoints: OpenAI ``/v1/chat/completions``, ``/v1/completions`` and Anthropic
+``/v1/messages``, JSON or SSE (``"stream": true``).
+
+The routes only shuttle bytes; ``server.pipeline`` composes the stages. A client that disconnects
+mid-stream closes the response iterator, which closes the pipeline stream, which aborts the
+engine request.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import orjson
+from starlette.requests import Request
+from starlette.responses import Response, StreamingResponse
+
+from server.errors import error_response
+from server.gating import RouteGroup
+from server.http import json_response, read_json
+from server.pipeline import Kind, pipeline_of
+from server.routes import Route
+from session.anthropic_out import sse_event
+from session.protocol.anthropic import MessagesRequest
+from session.protocol.openai import ChatCompletionRequest, CompletionRequest
+
+SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+async def _serve(request: Request, kind: Kind) -> Response:
+    from server.app import ctx_of
+
+    pipeline = ctx_of(request).service(pipeline_of)
+    body = await read_json(request)
+    if not body.get("stream"):
+        return json_response(await pipeline.complete(kind, body))
+    # Validate, render and admit before the first byte, so errors are plain HTTP errors.
+    stream = await pipeline.open_stream(kind, body)
+    flavor = "anthropic" if kind == "messages" else "openai"
+    return StreamingResponse(_sse(stream.events(), flavor=flavor), media_type="text/event-stream",
+                             headers=SSE_HEADERS)
+
+
+async def _sse(events: AsyncIterator[dict[str, Any]], *, flavor: str) -> AsyncIterator[bytes]:
+    try:
+        async for payload in events:
+            if flavor == "anthropic":
+                yield sse_event(payload)
+            else:
+                yield b"data: " + orjson.dumps(payload) + b"\n\n"
+    except Exception as exc:  # mid-stream failure: tell the client in the stream's own error shape
+        body = orjson.loads(error_response(exc, flavor=flavor).body)
+        if flavor == "anthropic":
+            yield sse_event(body)
+        else:
+            yield b"data: " + orjson.dumps(body) + b"\n\n"
+        return
+    finally:
+        await events.aclose()  # type: ignore[attr-defined]
+    if flavor == "openai":
+        yield b"data: [DONE]\n\n"
+
+
+async def chat_completions(request: Request) -> Response:
+    return await _serve(request, "chat")
+
+
+async def completions(request: Request) -> Response:
+    return await _serve(request, "completion")
+
+
+async def messages(request: Request) -> Response:
+    return await _serve(request, "messages")
+
+
+def routes() -> list[Route]:
+    g = RouteGroup.PIPELINE
+    return [
+        Route("/v1/chat/completions", chat_completions, g, summary="OpenAI chat completions (JSON or SSE)",
+              request_model=ChatCompletionRequest, streams=True, tags=("openai",)),
+        Route("/v1/completions", completions, g, summary="OpenAI completions (JSON or SSE)",
+              request_model=CompletionRequest, streams=True, tags=("openai",)),
+        Route("/v1/messages", messages, g, summary="Anthropic messages (JSON or SSE)",
+              request_model=MessagesRequest, streams=True, tags=("anthropic",)),
+    ]
