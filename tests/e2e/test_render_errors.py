@@ -50,6 +50,14 @@ def test_a_good_chat_request_renders(client: httpx.Client) -> None:
     assert r.json()["token_ids"] and r.json()["sampling_params"]["max_tokens"] == 4
 
 
+def test_requests_over_the_inline_limit_render_the_same(client: httpx.Client) -> None:
+    """Bodies over 1 KiB render on a worker thread, smaller ones inline: same answer."""
+    small = client.post(CHAT, json={"messages": USER, "max_tokens": 4})
+    large = client.post(CHAT, json={"messages": USER, "max_tokens": 4, "padding_field": "x" * 4096})
+    assert small.status_code == large.status_code == 200
+    assert small.json()["token_ids"] == large.json()["token_ids"]
+
+
 # --- model -----------------------------------------------------------------------------------
 
 
