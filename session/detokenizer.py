@@ -126,11 +126,14 @@ class TokenTable:
 
 
 def _decoder_is_byte_level(rust: _RustTokenizer) -> bool:
-    try:
-        decoder = json.loads(rust.to_str()).get("decoder") or {}
+    decoder = getattr(rust, "decoder", None)
+    if decoder is not None:
+        return type(decoder).__name__ == "ByteLevel"
+    try:  # an object without the ``decoder`` property: read its serialized form
+        config = json.loads(rust.to_str()).get("decoder") or {}
     except (ValueError, AttributeError):
         return False
-    return decoder.get("type") == "ByteLevel"
+    return bool(config.get("type") == "ByteLevel")
 
 
 # id(tokenizer) → (tokenizer, table); the tokenizer is kept so its id is never reused
