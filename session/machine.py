@@ -116,6 +116,9 @@ TRANSITIONS: dict[tuple[State, Event], tuple[State, str]] = {
 }
 
 
+Decoded = f.ClientFrame | f.FrameError | f.FatalFrameError
+
+
 class SessionProtocolError(RuntimeError):
     """The I/O layer broke the machine's contract (an illegal transition). A bug, never a client
     error: the glue logs it and closes with 1011."""
@@ -203,20 +206,27 @@ class Session:
     # -- input: the socket -------------------------------------------------------------------
     def receive_text(self, data: bytes | str, *, now: float) -> None:
         """One text message as received (size-checked, then decoded and handled)."""
+        self.receive_decoded(self.decode(data), now=now)
+
+    def decode(self, data: bytes | str) -> Decoded:
+        """Size-check and decode a text message without touching the session (pure, so a large
+        message can be decoded on a worker thread); hand the result to :meth:`receive_decoded`."""
         if _utf8_size(data) > self.config.max_frame_bytes:
-            self._event(E.VIOLATION, Close(f.CLOSE_TOO_BIG, "frame exceeds max_frame_bytes"))
-            return
+            return f.FatalFrameError(f.CLOSE_TOO_BIG, "frame exceeds max_frame_bytes")
         try:
-            frame = f.decode_client_frame(data)
-        except f.FatalFrameError as exc:
-            self._event(E.VIOLATION, Close(exc.code, exc.reason))
-            return
-        except f.FrameError as exc:
+            return f.decode_client_frame(data)
+        except (f.FatalFrameError, f.FrameError) as exc:
+            return exc
+
+    def receive_decoded(self, decoded: Decoded, *, now: float) -> None:
+        if isinstance(decoded, f.FatalFrameError):
+            self._event(E.VIOLATION, Close(decoded.code, decoded.reason))
+        elif isinstance(decoded, f.FrameError):
             if self.state is SessionState.OPEN:
                 self._last_activity = now
-                self._frame_error(exc)
-            return
-        self.receive_frame(frame, now=now)
+                self._frame_error(decoded)
+        else:
+            self.receive_frame(decoded, now=now)
 
     def receive_binary(self, *, now: float) -> None:
         self._event(E.VIOLATION, Close(f.CLOSE_UNSUPPORTED_DATA, "binary frames are not supported"))

@@ -22,6 +22,7 @@ from typing import Any
 
 import anyio
 import anyio.abc
+import anyio.to_thread
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server.errors import to_api_error
@@ -35,6 +36,7 @@ from session.server_frames import ErrorInfo, ServerFrame
 log = logging.getLogger("tokenwire.ws")
 
 FLUSH_ON_CLOSE_S = 2.0  # how long queued frames may take to leave before the close frame
+THREAD_DECODE_CHARS = 256 * 1024  # larger messages are validated on a worker thread
 
 _CODE_BY_STATUS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
                    409: "conflict", 413: "too_large", 422: "invalid_request", 429: "rate_limited",
@@ -153,18 +155,23 @@ class Connection:
     async def _reader(self) -> None:
         while True:
             await self.outbox.wait_for_room()
-            message = await self.websocket.receive()
+            try:
+                message = await self.websocket.receive()
+            except _SEND_ERRORS:
+                message = {"type": "websocket.disconnect"}
             if message["type"] == "websocket.disconnect":
                 self.session.connection_lost()
                 self.drain()
                 return
-            now = anyio.current_time()
             try:
                 text = message.get("text")
-                if text is not None:
-                    self.session.receive_text(text, now=now)
+                if text is None:
+                    self.session.receive_binary(now=anyio.current_time())
+                elif len(text) > THREAD_DECODE_CHARS:  # a long prompt: decode off the event loop
+                    decoded = await anyio.to_thread.run_sync(self.session.decode, text)
+                    self.session.receive_decoded(decoded, now=anyio.current_time())
                 else:
-                    self.session.receive_binary(now=now)
+                    self.session.receive_text(text, now=anyio.current_time())
                 self.drain()
             except Exception as exc:
                 self._internal_error(exc)
@@ -182,7 +189,12 @@ class Connection:
             with anyio.move_on_after(FLUSH_ON_CLOSE_S):
                 await self.websocket.close(self._close.code, self._close.reason)
         except _SEND_ERRORS:
-            pass  # the peer went away mid-send; the reader sees the disconnect
+            # The peer went away mid-send. The reader may be waiting for room in the outbox that
+            # will never drain, so end everything here: the session is lost.
+            self.session.connection_lost()
+            self.drain()
+            assert self._tg is not None
+            self._tg.cancel_scope.cancel()
         finally:
             if self._close is not None and self._tg is not None:
                 self._tg.cancel_scope.cancel()

@@ -322,3 +322,29 @@ def test_requests_past_the_in_flight_limit_are_refused(monkeypatch: pytest.Monke
         frames.send(type="chat", id="c2", body={})
         error = frames.next()
         assert (error["id"], error["error"]["code"]) == ("c2", "too_many_requests")
+
+
+def test_an_internal_error_of_the_session_layer_closes_with_1011_without_its_text(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from session.machine import Session
+
+    def broken(self: Session, data: Any, *, now: float) -> None:
+        raise RuntimeError("secret detail of a bug")
+
+    with session_client(monkeypatch) as (client, _), open_session(client) as ws:
+        Frames(ws).next()
+        monkeypatch.setattr(Session, "receive_text", broken)
+        ws.send_text('{"type": "ping"}')
+        with pytest.raises(WebSocketDisconnect) as info:
+            ws.receive_text()
+        assert (info.value.code, info.value.reason) == (1011, "internal error")
+
+
+def test_a_long_prompt_frame_is_decoded_and_served(monkeypatch: pytest.MonkeyPatch) -> None:
+    content = "word " * 100_000  # 500 KB: decoded on a worker thread
+    with session_client(monkeypatch) as (client, pipeline), open_session(client) as ws:
+        frames = Frames(ws)
+        frames.next()
+        frames.send(type="chat", id="long", body={"messages": [{"role": "user", "content": content}]})
+        assert frames.until("long", "chat.done")[-1]["status"] == "completed"
+        assert pipeline.started[-1][1]["messages"][0]["content"] == content

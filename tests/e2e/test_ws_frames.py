@@ -178,3 +178,18 @@ def test_derender_frames_give_what_the_http_endpoint_gives(server: ServerProcess
     for result in (http, ws):
         result["chunk"].pop("id"), result["chunk"].pop("created"), result.pop("stream_state")
     assert ws == http
+
+
+def test_permessage_deflate_is_off_by_default_and_on_with_the_flag(server: ServerProcess,
+                                                                   asset: Callable[[str], Path]) -> None:
+    async def extensions(url: str, **kwargs: Any) -> list[str]:
+        client = await SessionClient.open(url, compression="deflate", **kwargs)
+        names = [ext.name for ext in client.ws.protocol.extensions]
+        await client.send(type="ping")
+        assert (await client.next())["type"] == "pong"
+        await client.close()
+        return names
+
+    assert run(extensions(server.ws_url, additional_headers=HEADERS)) == []
+    with ServerProcess(["launch", "render", str(asset("tiny-qwen3")), "--ws-per-message-deflate"]) as deflating:
+        assert run(extensions(deflating.ws_url)) == ["permessage-deflate"]
