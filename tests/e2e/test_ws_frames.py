@@ -184,7 +184,7 @@ def test_permessage_deflate_is_off_by_default_and_on_with_the_flag(server: Serve
                                                                    asset: Callable[[str], Path]) -> None:
     async def extensions(url: str, **kwargs: Any) -> list[str]:
         client = await SessionClient.open(url, compression="deflate", **kwargs)
-        names = [ext.name for ext in client.ws.protocol.extensions]
+        names = [str(ext.name) for ext in client.ws.protocol.extensions]
         await client.send(type="ping")
         assert (await client.next())["type"] == "pong"
         await client.close()
