@@ -21,7 +21,7 @@ from session.detokenizer import (
     restore_detokenizer,
     token_table,
 )
-from tests.conftest import TOKENIZERS
+from tests.conftest import DEFAULT_MODEL, TOKENIZERS
 
 TEXT = ("Hello 世界 🎉 <think>\nhmm 🤔 ok</think> naïve café <tool_call>\n{\"name\": \"x\"}</tool_call> "
         "ありがとう 👍🏽 Ωμέγα — \t tabs\n\n") * 8
@@ -37,7 +37,7 @@ def _chunked(det: Any, ids: list[int], rnd: random.Random) -> list[str]:
     return out
 
 
-@pytest.mark.parametrize("name", TOKENIZERS)
+@pytest.mark.parametrize("name", [*TOKENIZERS, DEFAULT_MODEL])
 def test_every_token_bytes_decode_like_the_tokenizer(name: str, tokenizer: Callable[[str], Any]) -> None:
     tok = tokenizer(name)
     table = token_table(tok)
