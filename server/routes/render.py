@@ -25,6 +25,7 @@ from pydantic import BaseModel
 from starlette.requests import Request
 from starlette.responses import Response
 
+from engine.protocol import GenerateRequest
 from server.context import ServerContext
 from server.gating import RouteGroup
 from server.http import read_json, validate
@@ -101,10 +102,10 @@ def routes() -> list[Route]:
     g = RouteGroup.RENDER
     return [
         Route("/v1/chat/completions/render", render_chat, g, summary="Render a chat request to token ids",
-              request_model=ChatCompletionRequest, tags=("render",)),
+              request_model=ChatCompletionRequest, response_model=GenerateRequest, tags=("render",)),
         Route("/v1/completions/render", render_completion, g,
               summary="Render a completion request: one GenerateRequest per prompt",
-              request_model=CompletionRequest, tags=("render",)),
+              request_model=CompletionRequest, response_model=list[GenerateRequest], tags=("render",)),
         Route("/v1/messages/render", render_messages, g, summary="Render an Anthropic messages request",
-              request_model=MessagesRequest, tags=("render",)),
+              request_model=MessagesRequest, response_model=GenerateRequest, tags=("render",)),
     ]
