@@ -40,6 +40,9 @@ class Encoder:
         self._tokenizer = tokenizer
         self._rust: Any = None
         self._segments: SegmentCache | None = None
+        # the longest token, in characters: text longer than this many per token of room cannot
+        # fit (for byte-level vocabularies the stored form is at least as long as the text)
+        self.max_chars_per_token = 0
         backend = getattr(tokenizer, "_tokenizer", None)
         from tokenizers import Tokenizer
 
@@ -51,9 +54,14 @@ class Encoder:
                     rust.no_truncation()
                     rust.no_padding()
                     rust.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-                    entry = _COPIES[tokenizer] = (rust, plan_for(rust))
-            self._rust, plan = entry
+                    entry = _COPIES[tokenizer] = (rust, plan_for(rust), _longest_token(rust.get_vocab()))
+            self._rust, plan, self.max_chars_per_token = entry
             self._segments = SegmentCache(self._rust, plan) if plan is not None else None
+        else:
+            try:
+                self.max_chars_per_token = _longest_token(tokenizer.get_vocab())
+            except (AttributeError, NotImplementedError, TypeError):
+                self.max_chars_per_token = 0  # unknown: no fast length check
 
     @property
     def has_offsets(self) -> bool:
@@ -79,6 +87,10 @@ class Encoder:
     @property
     def vocab_size(self) -> int:
         return len(self._tokenizer)
+
+
+def _longest_token(vocab: dict[str, int]) -> int:
+    return max((len(token) for token in vocab), default=0)
 
 
 def assistant_mask(encoded: Encoded, spans: tuple[tuple[int, int], ...]) -> list[int]:

@@ -62,6 +62,24 @@ def fit_prompt(token_ids: list[int], *, max_model_len: int, requested_max_tokens
     return FittedPrompt(token_ids, max_tokens, assistant_mask, offsets)
 
 
+def check_text_length(chars: int, *, max_model_len: int, requested_max_tokens: int | None,
+                      truncate_prompt_tokens: int | None, max_chars_per_token: int, param: str) -> None:
+    """vLLM's fast refusal before tokenizing: text that cannot fit even if every token were the
+    vocabulary's longest is refused without spending the tokenizer's time on it. (Skipped with
+    ``truncate_prompt_tokens``: long input is then expected.)"""
+    if truncate_prompt_tokens is not None or max_chars_per_token <= 0:
+        return
+    max_output = requested_max_tokens or 0
+    max_input = max_model_len - max_output
+    limit = max_input * max_chars_per_token
+    if max_input > 0 and chars > limit:
+        raise RenderError(
+            f"You passed {chars} input characters and requested {max_output} output tokens. However, the "
+            f"model's context length is only {max_model_len} tokens, resulting in a maximum input length of "
+            f"{max_input} tokens (at most {limit} characters). Please reduce the length of the input prompt.",
+            param=param)
+
+
 def fit_mask(mask: list[int], length: int) -> list[int]:
     """vLLM's rule: right-pad with 0 when shorter than the tokens, truncate when longer."""
     if len(mask) < length:

@@ -25,7 +25,7 @@ from session.protocol.openai import ChatCompletionRequest, CompletionRequest, Na
 from session.render.anthropic import to_openai_chat
 from session.render.conversation import conversation_of, tool_dicts_of
 from session.render.encoder import Encoder, assistant_mask
-from session.render.limits import FittedPrompt, fit_mask, fit_prompt
+from session.render.limits import FittedPrompt, check_text_length, fit_mask, fit_prompt
 from session.render.template import ChatTemplate
 
 NO_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you must provide "
@@ -56,6 +56,7 @@ class Renderer:
         self.enable_auto_tool_choice = enable_auto_tool_choice
         self.trust_request_chat_template = trust_request_chat_template
         self.encoder = Encoder(tokenizer)
+        self.max_chars_per_token = self.encoder.max_chars_per_token
         self._special = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
         self._default_source = chat_template
         self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
@@ -84,6 +85,10 @@ class Renderer:
             add_generation_prompt=req.add_generation_prompt,
             continue_final_message=req.continue_final_message, track_generation=want_mask,
             kwargs=template.template_kwargs(self._chat_kwargs(req)))
+        check_text_length(len(rendered.text), max_model_len=self.max_model_len,
+                          requested_max_tokens=req.requested_max_tokens,
+                          truncate_prompt_tokens=req.truncate_prompt_tokens,
+                          max_chars_per_token=self.max_chars_per_token, param="messages")
         if req.return_token_offsets or want_mask:
             encoded = self.encoder.encode(rendered.text, add_special_tokens=req.add_special_tokens)
             ids = encoded.ids
@@ -119,6 +124,10 @@ class Renderer:
             param = "prompt" if len(prompts) == 1 else f"prompt.{i}"
             offsets: list[tuple[int, int]] | None = None
             if isinstance(prompt, str):
+                check_text_length(len(prompt), max_model_len=self.max_model_len,
+                                  requested_max_tokens=req.max_tokens,
+                                  truncate_prompt_tokens=req.truncate_prompt_tokens,
+                                  max_chars_per_token=self.max_chars_per_token, param=param)
                 if req.return_token_offsets and self.encoder.has_offsets:
                     encoded = self.encoder.encode(prompt, add_special_tokens=req.add_special_tokens)
                     ids, offsets = encoded.ids, encoded.offsets

@@ -158,6 +158,12 @@ def test_a_prompt_too_long_is_400_with_the_lengths(client: httpx.Client) -> None
             "resulting in a maximum input length of 60 tokens.") in err["message"]
 
 
+def test_text_that_cannot_fit_is_400_before_tokenizing(client: httpx.Client) -> None:
+    err = openai_error(client.post(COMPLETION, json={"prompt": "x" * 200_000, "max_tokens": 4}), 400)
+    assert err["message"].startswith("You passed 200000 input characters and requested 4 output tokens. However, "
+                                     "the model's context length is only 64 tokens")
+
+
 def test_a_prompt_that_leaves_no_room_is_400_with_the_lengths(client: httpx.Client) -> None:
     err = openai_error(client.post(COMPLETION, json={"prompt": list(range(1, 65)), "max_tokens": None}), 400)
     assert err["message"].startswith("This model's maximum context length is 64 tokens and your prompt has 64 tokens")

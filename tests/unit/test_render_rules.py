@@ -417,3 +417,22 @@ def test_the_wire_shape_has_vllms_keys(qwen: Any) -> None:
         "request_id", "token_ids", "token_offsets", "features", "content_parts", "sampling_params", "model",
         "reasoning_ended", "reasoning_parser_kwargs", "return_token_ids", "output_mode", "stream",
         "stream_options", "cache_salt", "priority", "kv_transfer_params", "ec_transfer_params"}
+
+
+def test_text_that_cannot_fit_is_refused_before_tokenizing(qwen: Any) -> None:
+    r = renderer(qwen, max_model_len=64)
+    limit = 60 * r.max_chars_per_token
+    with pytest.raises(RenderError) as info:
+        r.render_completion(completion(prompt="x" * (limit + 1), max_tokens=4))
+    assert info.value.message == (
+        f"You passed {limit + 1} input characters and requested 4 output tokens. However, the model's context "
+        f"length is only 64 tokens, resulting in a maximum input length of 60 tokens (at most {limit} characters). "
+        "Please reduce the length of the input prompt.")
+    with pytest.raises(RenderError, match="input characters"):
+        r.render_chat(chat(messages=[{"role": "user", "content": "y" * (limit + 1)}], max_tokens=4))
+
+
+def test_long_text_with_truncation_is_tokenized_and_cut(qwen: Any) -> None:
+    r = renderer(qwen, max_model_len=64)
+    (out,) = r.render_completion(completion(prompt="word " * 20_000, max_tokens=4, truncate_prompt_tokens=10))
+    assert len(out.token_ids) == 10
