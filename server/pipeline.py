@@ -203,7 +203,9 @@ class Pipeline:
                     if c.finish_reason is not None:
                         finish[c.index] = (c.finish_reason, c.stop_reason)
                     if watch is not None and watch.stopped(c.index, c.token_ids):
-                        finish[c.index] = ("stop", None)
+                        # derender finds the same stop string and reports it; "length" only says
+                        # the engine did not end on an eos token (which derender would drop).
+                        finish.setdefault(c.index, ("length", None))
                 usage = out.usage or usage
                 if len(finish) == n:
                     break
@@ -353,7 +355,7 @@ class PipelineStream:
                 ids = pending.pop(key, [])
                 yield StreamEvent(step.chunk, index=d_index(d, c.index), output_token_ids=ids,
                                   checkpoint=self._checkpoint(k, c.index, ids))
-            if d.finished:
+            if _finished(d):
                 await self._runs[k].aclose()
         if prep.include_usage:
             yield StreamEvent(self._usage_chunk())
@@ -384,7 +386,7 @@ class PipelineStream:
                 for ev in ms.push(step.chunk):
                     yield StreamEvent(ev, output_token_ids=ids, checkpoint=checkpoint)
                     ids = []
-            if d.finished:
+            if _finished(d):
                 await self._runs[0].aclose()
         for ev in ms.finish(finish_reason=finish[0], stop_reason=finish[1], output_tokens=d.completion_tokens):
             yield StreamEvent(ev, done=ev["type"] == "message_stop")
@@ -408,6 +410,10 @@ class PipelineStream:
 
 def d_index(d: ChatDerenderer | CompletionDerenderer, index: int) -> int:
     return index + getattr(d, "index_base", 0)
+
+
+def _finished(d: ChatDerenderer | CompletionDerenderer) -> bool:
+    return all(s.finished for s in d.streams.values())
 
 
 class _EngineRun:

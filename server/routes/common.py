@@ -29,6 +29,7 @@ class HealthResponse(BaseModel):
     mode: str
     model: str
     engine: str | None = None
+    live_sequences: int | None = None  # sequences holding engine memory (0 when idle)
     detail: str = ""
 
 
@@ -56,14 +57,15 @@ async def health(request: Request) -> Response:
 
     ctx = ctx_of(request)
     engine = ctx.engine
-    status, detail, engine_kind = "ok", "", None
+    status, detail, engine_kind, live = "ok", "", None, None
     if engine is not None:
         engine_kind = type(engine).__name__
+        live = engine.live_sequences()
         h = await engine.health()
         if not h.ok:
             status, detail = "degraded", h.detail
     body = HealthResponse(status=status, mode=ctx.settings.mode.value, model=ctx.model_name,  # type: ignore[arg-type]
-                          engine=engine_kind, detail=detail)
+                          engine=engine_kind, live_sequences=live, detail=detail)
     return json_response(body, status=200 if status == "ok" else 503)
 
 
