@@ -193,7 +193,7 @@ class Session:
     def stamp(self, frame: sf.ServerFrame) -> bytes:
         """Give ``frame`` the next ``seq`` and encode it: call once per frame, in write order."""
         self._seq += 1
-        return frame.stamped(self._seq).encode()
+        return frame.encode(self._seq)
 
     @property
     def last_seq(self) -> int:
@@ -251,23 +251,25 @@ class Session:
 
     # -- input: the work ---------------------------------------------------------------------
     def generate_delta(self, request_id: str, chunk: dict[str, Any], *, now: float) -> None:
-        self._work(request_id, E.DELTA, sf.GenerateDelta(id=request_id, chunk=chunk), now)
+        req = self._requests.get(request_id)
+        event_id = req.event_id if req is not None else None
+        self._work(request_id, E.DELTA, sf.GenerateDelta(id=request_id, chunk=chunk, event_id=event_id), now)
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, now: float,
                        checkpoint: str | None = None, output_token_ids: list[int] | None = None,
                        stream_id: str | None = None) -> None:
         req = self._requests.get(request_id)
-        kind = req.type if req is not None else "chat"
+        kind, event_id = (req.type, req.event_id) if req is not None else ("chat", None)
         frame: sf.ServerFrame
         if kind == "messages":
-            frame = sf.MessagesDelta(id=request_id, events=payloads, stream_id=stream_id, checkpoint=checkpoint,
-                                     output_token_ids=output_token_ids)
+            frame = sf.MessagesDelta(id=request_id, event_id=event_id, events=payloads, stream_id=stream_id,
+                                     checkpoint=checkpoint, output_token_ids=output_token_ids)
         elif kind == "completion":
-            frame = sf.CompletionDelta(id=request_id, chunks=payloads, stream_id=stream_id,
+            frame = sf.CompletionDelta(id=request_id, event_id=event_id, chunks=payloads, stream_id=stream_id,
                                        checkpoint=checkpoint, output_token_ids=output_token_ids)
         else:
-            frame = sf.ChatDelta(id=request_id, chunks=payloads, stream_id=stream_id, checkpoint=checkpoint,
-                                 output_token_ids=output_token_ids)
+            frame = sf.ChatDelta(id=request_id, event_id=event_id, chunks=payloads, stream_id=stream_id,
+                                 checkpoint=checkpoint, output_token_ids=output_token_ids)
         self._work(request_id, E.DELTA, frame, now)
 
     def done(self, request_id: str, *, now: float, result: Any = None,
@@ -409,7 +411,7 @@ class Session:
     def _do_send_delta(self, request_id: str, req: _Request, frame: sf.ServerFrame) -> None:
         if req.type not in sf.DELTA_FRAME_OF or not isinstance(frame, sf.DELTA_FRAME_OF[req.type]):
             raise SessionProtocolError(f"a {frame.type} frame for a {req.type} request")
-        self._emit(_with_event_id(frame, req.event_id))
+        self._emit(frame)  # built with the request's event_id
 
     def _do_send_done(self, request_id: str, req: _Request, payload: tuple[Any, Any]) -> None:
         result, usage = payload

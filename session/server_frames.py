@@ -27,8 +27,25 @@ class ServerFrame:
     def stamped(self, seq: int) -> Self:
         return dataclasses.replace(self, seq=seq)
 
-    def encode(self) -> bytes:
-        return orjson.dumps(self, option=orjson.OPT_NON_STR_KEYS)
+    def encode(self, seq: int | None = None) -> bytes:
+        """The frame's JSON; with ``seq``, as if :meth:`stamped` first (without the copy: this is
+        the per-delta hot path)."""
+        if seq is None:
+            return orjson.dumps(self, option=orjson.OPT_NON_STR_KEYS)
+        data: dict[str, Any] = {"type": self.type, "seq": seq}
+        for name in _field_names(type(self)):
+            data[name] = getattr(self, name)
+        return orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS)
+
+
+_FIELD_NAMES: dict[type, tuple[str, ...]] = {}
+
+
+def _field_names(cls: type) -> tuple[str, ...]:
+    names = _FIELD_NAMES.get(cls)
+    if names is None:
+        names = _FIELD_NAMES[cls] = tuple(f.name for f in dataclasses.fields(cls) if f.name not in ("type", "seq"))
+    return names
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
