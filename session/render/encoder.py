@@ -8,7 +8,6 @@ checks the ids against ``apply_chat_template(..., tokenize=True)``.
 
 from __future__ import annotations
 
-import threading
 import weakref
 from dataclasses import dataclass
 from typing import Any
@@ -18,8 +17,8 @@ from session.render.segments import SegmentCache, plan_for
 # One private copy of each tokenizer's Rust backend (and how to cut its input into pieces),
 # shared by every renderer of that tokenizer: copying a 150k-token vocabulary takes a noticeable
 # fraction of a second. Renderers never change the copy's state.
+# Two renderers built at once may both make a copy; one wins, both work.
 _COPIES: weakref.WeakKeyDictionary[Any, Any] = weakref.WeakKeyDictionary()
-_COPIES_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,14 +46,13 @@ class Encoder:
         from tokenizers import Tokenizer
 
         if isinstance(backend, Tokenizer):
-            with _COPIES_LOCK:
-                entry = _COPIES.get(tokenizer)
-                if entry is None:
-                    rust = Tokenizer.from_str(backend.to_str())
-                    rust.no_truncation()
-                    rust.no_padding()
-                    rust.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
-                    entry = _COPIES[tokenizer] = (rust, plan_for(rust), _longest_token(rust.get_vocab()))
+            entry = _COPIES.get(tokenizer)
+            if entry is None:
+                rust = Tokenizer.from_str(backend.to_str())
+                rust.no_truncation()
+                rust.no_padding()
+                rust.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+                entry = _COPIES[tokenizer] = (rust, plan_for(rust), _longest_token(rust.get_vocab()))
             self._rust, plan, self.max_chars_per_token = entry
             self._segments = SegmentCache(self._rust, plan) if plan is not None else None
         else:

@@ -14,8 +14,6 @@ schema); the assistant-token mask and token offsets when asked for.
 from __future__ import annotations
 
 import secrets
-import threading
-from collections import OrderedDict
 from typing import Any
 
 from engine.protocol import GenerateRequest, SamplingParams
@@ -59,8 +57,7 @@ class Renderer:
         self.max_chars_per_token = self.encoder.max_chars_per_token
         self._special = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
         self._default_source = chat_template
-        self._templates: OrderedDict[str, ChatTemplate] = OrderedDict()
-        self._lock = threading.Lock()
+        self._templates: dict[str, ChatTemplate] = {}
         if chat_template is not None:
             self._compiled(chat_template)  # fail at startup, not on the first request
 
@@ -204,22 +201,23 @@ class Renderer:
         return str(template)
 
     def _compiled(self, source: str) -> ChatTemplate:
+        """Compiled templates by source. Lock-free: two threads may compile the same template at
+        once (one result is kept); each dict operation is atomic."""
         cached = self._templates.get(source)
         if cached is not None:
             return cached
-        with self._lock:
-            cached = self._templates.get(source)
-            if cached is None:
-                try:
-                    cached = ChatTemplate(source, self._special)
-                except ValueError as exc:
-                    raise RenderError(str(exc), param="chat_template") from None
-                self._templates[source] = cached
-                while len(self._templates) > _TEMPLATE_CACHE_SIZE + 1:
-                    # keep the default template, drop the oldest request template
-                    oldest = next(k for k in self._templates if k != self._default_source)
-                    del self._templates[oldest]
-            return cached
+        try:
+            compiled = ChatTemplate(source, self._special)
+        except ValueError as exc:
+            raise RenderError(str(exc), param="chat_template") from None
+        self._templates[source] = compiled
+        if len(self._templates) > _TEMPLATE_CACHE_SIZE + 1:
+            # drop the oldest request template (the default one stays)
+            for old in list(self._templates):
+                if old != self._default_source:
+                    self._templates.pop(old, None)
+                    break
+        return compiled
 
     def _chat_sampling(self, req: ChatCompletionRequest, max_tokens: int) -> SamplingParams:
         skip: bool | None = None

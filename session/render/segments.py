@@ -21,8 +21,6 @@ from __future__ import annotations
 
 import json
 import re
-import threading
-from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
 
@@ -57,12 +55,17 @@ def plan_for(rust: Any) -> Plan | None:
 
 
 class SegmentCache:
+    """Piece → ids, shared by the threads a server renders on, without locks: every dict
+    operation used here is atomic under the GIL, and races only cost a duplicate encode or an
+    early eviction. Eviction is oldest-first; a hit moves the piece to the back (re-insertion).
+    The running text total is re-counted now and then, so it cannot drift under races."""
+
     def __init__(self, rust: Any, plan: Plan) -> None:
         self._rust = rust
         self._plan = plan
-        self._cache: OrderedDict[tuple[str | None, str], list[int]] = OrderedDict()
+        self._cache: dict[tuple[str | None, str], list[int]] = {}
         self._chars = 0
-        self._lock = threading.Lock()
+        self._inserts = 0
 
     def __len__(self) -> int:
         return len(self._cache)
@@ -84,32 +87,25 @@ class SegmentCache:
         if pos < len(text):
             pieces.append(text[pos:])
 
+        cache = self._cache
         found: dict[str, list[int]] = {}
         missing: list[str] = []
-        with self._lock:
-            cache = self._cache
-            for p in pieces:
-                if isinstance(p, str) and p not in found:
-                    hit = cache.get((salt, p))
-                    if hit is None:
-                        missing.append(p)
-                        found[p] = []
-                    else:
-                        cache.move_to_end((salt, p))
-                        found[p] = hit
+        for p in pieces:
+            if isinstance(p, str) and p not in found:
+                key = (salt, p)
+                hit = cache.pop(key, None)
+                if hit is None:
+                    missing.append(p)
+                    found[p] = []
+                else:
+                    cache[key] = hit  # back of the queue: recently used
+                    found[p] = hit
         if missing:
             encoded = self._rust.encode_batch_fast(missing, add_special_tokens=False)
-            with self._lock:
-                for piece, enc in zip(missing, encoded, strict=True):
-                    ids = enc.ids
-                    found[piece] = ids
-                    key = (salt, piece)
-                    if len(piece) <= MAX_PIECE_CHARS and key not in self._cache:
-                        self._cache[key] = ids
-                        self._chars += len(piece)
-                while len(self._cache) > MAX_ENTRIES or self._chars > MAX_CACHED_CHARS:
-                    (_, old), _ids = self._cache.popitem(last=False)
-                    self._chars -= len(old)
+            for piece, enc in zip(missing, encoded, strict=True):
+                found[piece] = enc.ids
+                if len(piece) <= MAX_PIECE_CHARS:
+                    self._store((salt, piece), enc.ids)
         out: list[int] = []
         for p in pieces:
             if isinstance(p, str):
@@ -117,3 +113,20 @@ class SegmentCache:
             else:
                 out.append(p)
         return out
+
+    def _store(self, key: tuple[str | None, str], ids: list[int]) -> None:
+        cache = self._cache
+        if key in cache:
+            return
+        cache[key] = ids
+        self._chars += len(key[1])
+        self._inserts += 1
+        if self._inserts % 256 == 0:
+            self._chars = sum(len(k[1]) for k in list(cache))
+        while len(cache) > MAX_ENTRIES or self._chars > MAX_CACHED_CHARS:
+            try:
+                oldest = next(iter(cache))
+            except (StopIteration, RuntimeError):  # emptied or resized by another thread
+                break
+            if cache.pop(oldest, None) is not None:
+                self._chars -= len(oldest[1])

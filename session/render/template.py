@@ -20,7 +20,6 @@ message, and generation spans are tracked for the assistant-token mask.
 from __future__ import annotations
 
 import re
-import threading
 from collections import deque
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
@@ -71,7 +70,9 @@ class ChatTemplate:
         self.content_format: ContentFormat = detect_content_format(ast)
         self.marks_generation = bool(_GENERATION_RE.search(source))
         self._special = dict(special_tokens)
-        self._tracker_lock = threading.Lock()
+        # Generation tracking keeps state on a template's environment, so each tracked render
+        # borrows a private copy (list pop/append are atomic; no two renders share one).
+        self._tracking_pool: list[jinja2.Template] = []
 
     def template_kwargs(self, kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """The request's ``chat_template_kwargs`` the template can see: vLLM passes on only the
@@ -112,14 +113,23 @@ class ChatTemplate:
 
     def _render_tracked(self, chat: list[dict[str, Any]], tools: Any, documents: Any,
                         add_generation_prompt: bool, variables: dict[str, Any]) -> tuple[str, list[tuple[int, int]]]:
+        from transformers.utils.chat_template_utils import _cached_compile_jinja_template
+
         blocks: list[str] = []
         spans: list[tuple[int, int]] = []
-        # The tracker lives on the (shared, cached) environment: one tracked render at a time.
-        with self._tracker_lock, self._template.environment.activate_tracker(blocks, spans):  # type: ignore[attr-defined]
-            for block in self._template.generate(messages=chat, tools=tools, documents=documents,
-                                                 add_generation_prompt=add_generation_prompt, **variables):
-                blocks.append(block)
-            return "".join(blocks), spans
+        try:
+            template = self._tracking_pool.pop()
+        except IndexError:
+            template = _cached_compile_jinja_template(self.source)  # a fresh, private environment
+        try:
+            with template.environment.activate_tracker(blocks, spans):  # type: ignore[attr-defined]
+                for block in template.generate(messages=chat, tools=tools, documents=documents,
+                                               add_generation_prompt=add_generation_prompt, **variables):
+                    blocks.append(block)
+                return "".join(blocks), spans
+        finally:
+            if len(self._tracking_pool) < 4:
+                self._tracking_pool.append(template)
 
     def _tag_final_message(self, chat: list[dict[str, Any]]) -> str:
         last = chat[-1]

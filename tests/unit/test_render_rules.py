@@ -436,3 +436,14 @@ def test_long_text_with_truncation_is_tokenized_and_cut(qwen: Any) -> None:
     r = renderer(qwen, max_model_len=64)
     (out,) = r.render_completion(completion(prompt="word " * 20_000, max_tokens=4, truncate_prompt_tokens=10))
     assert len(out.token_ids) == 10
+
+
+def test_assistant_masks_rendered_from_many_threads_are_all_right(qwen: Any) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    r = renderer(qwen, chat_template=GEN_TEMPLATE)
+    req = chat(messages=CONVO, return_assistant_tokens_mask=True)
+    want = r.render_chat(req).assistant_tokens_mask
+    with ThreadPoolExecutor(6) as pool:
+        masks = list(pool.map(lambda _: r.render_chat(req).assistant_tokens_mask, range(30)))
+    assert all(m == want for m in masks)

@@ -70,3 +70,20 @@ def test_tokenizers_that_do_not_work_piece_by_piece_are_not_cut(tokenizer: Any) 
     split = Tokenizer.from_str(tokenizer("qwen3")._tokenizer.to_str())
     split.encode_special_tokens = True
     assert segments.plan_for(split) is None
+
+
+def test_threads_sharing_one_cache_get_exact_ids(tokenizer: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    monkeypatch.setattr(segments, "MAX_ENTRIES", 16)  # constant eviction while threads race
+    monkeypatch.setattr(segments, "MAX_CACHED_CHARS", 400)
+    tok = tokenizer("qwen3")
+    enc = Encoder(tok)
+    cache = segments.SegmentCache(enc._rust, segments.plan_for(enc._rust))  # type: ignore[arg-type]
+    texts = [f"<|im_start|>system\nshared prompt<|im_end|>\n<|im_start|>user\nmessage {i % 40} ✓<|im_end|>"
+             for i in range(400)]
+    expected = {t: tok.encode(t, add_special_tokens=False) for t in set(texts)}
+    with ThreadPoolExecutor(8) as pool:
+        results = list(pool.map(cache.encode, texts))
+    assert all(r == expected[t] for r, t in zip(results, texts, strict=True))
+    assert len(cache) <= 16 + 8  # at most one in-flight insert per thread above the bound
