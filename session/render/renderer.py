@@ -55,7 +55,10 @@ class Renderer:
         self.trust_request_chat_template = trust_request_chat_template
         self.encoder = Encoder(tokenizer)
         self.max_chars_per_token = self.encoder.max_chars_per_token
-        self._special = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+        try:
+            self._special = dict(getattr(tokenizer, "special_tokens_map", {}) or {})
+        except (TypeError, ValueError):  # a tokenizer-like object without a usable map
+            self._special = {}
         self._default_source = chat_template
         self._templates: dict[str, ChatTemplate] = {}
         if chat_template is not None:

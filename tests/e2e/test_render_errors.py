@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.support.server_proc import ServerProcess
+from tests.support.server_proc import ServerProcess, run_cli
 
 pytestmark = pytest.mark.slow
 
@@ -212,3 +212,12 @@ def test_no_error_leaks_a_traceback(client: httpx.Client) -> None:
         r = client.post(CHAT, json=body)
         assert r.status_code == 400, r.text
         assert "Traceback" not in r.text
+
+
+def test_a_chat_template_that_does_not_compile_stops_startup(asset: Callable[[str], Path]) -> None:
+    done = run_cli(["launch", "render", asset("qwen3"), "--port", "0", "--chat-template", "{% if %}oops"],
+                   preamble=NO_TORCH)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("tokenwire: error: the chat template does not compile:"), done.stderr
+    assert "Traceback" not in done.stderr
