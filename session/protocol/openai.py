@@ -13,12 +13,28 @@ penalties, stop, seed, ``logit_bias``…).
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
-from pydantic_core import PydanticCustomError
+from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from engine.protocol import RequestOutputKind, SamplingParams, StreamOptions
+from session.protocol.openai_messages import (
+    TOOL_CHOICE_USAGE,
+    ChatMessage,
+    ContentPart,
+    FunctionCall,
+    FunctionDefinition,
+    NamedToolChoice,
+    OpenModel,
+    Tool,
+    ToolCall,
+    ToolChoice,
+    check_tool_choice,
+    default_tool_choice,
+    fail,
+    is_token,
+)
+from session.protocol.sampling import logit_bias_of, or_default, structured_from_format, vllm_post_init
 
 __all__ = [
     "ChatCompletionRequest",
@@ -34,133 +50,12 @@ __all__ = [
 ]
 
 
-class _Open(BaseModel):
-    """Unknown keys are kept (and ignored), as OpenAI-compatible servers do."""
-
-    model_config = ConfigDict(extra="allow")
-
-
-# --- messages ------------------------------------------------------------------------------
-
-
-class ContentPart(_Open):
-    """One part of a message's ``content`` list. Render supports text parts only; other types
-    (``image_url``, ``input_audio``…) validate here and are refused by render."""
-
-    type: str
-    text: str | None = None
-
-
-def _check_content(value: Any) -> Any:
-    """One readable error for a bad ``content`` instead of pydantic's per-union-member list."""
-    if value is None or isinstance(value, str):
-        return value
-    if not isinstance(value, list):
-        raise PydanticCustomError("content_type", "must be a string, a list of content parts, or null")
-    for i, part in enumerate(value):
-        if isinstance(part, str):
-            continue
-        if not isinstance(part, dict) or not isinstance(part.get("type"), str):
-            raise PydanticCustomError("content_part", "part {i} must be an object with a string 'type'", {"i": i})
-        if part["type"] == "text" and not isinstance(part.get("text"), str):
-            raise PydanticCustomError("content_part", "part {i} has type 'text' but no 'text' string", {"i": i})
-    return value
-
-
-class FunctionCall(_Open):
-    name: str
-    # OpenAI sends a JSON string; vLLM also accepts an object (templates want a dict).
-    arguments: str | dict[str, Any] | None = None
-
-
-class ToolCall(_Open):
-    id: str | None = None
-    type: Literal["function"] = "function"
-    function: FunctionCall
-
-
-class ChatMessage(_Open):
-    """A chat message of any role (system, developer, user, assistant, tool, or a custom one)."""
-
-    role: str
-    content: str | list[str | ContentPart] | None = None
-    name: str | None = None
-    # assistant
-    tool_calls: list[ToolCall] | None = None
-    reasoning: str | None = None
-    reasoning_content: str | None = None  # older name of ``reasoning``
-    # tool
-    tool_call_id: str | None = None
-
-    _content = field_validator("content", mode="before")(_check_content)
-
-
-# --- tools ---------------------------------------------------------------------------------
-
-
-class FunctionDefinition(_Open):
-    """A tool's function. Extra keys (``strict``…) are kept and reach the template after these."""
-
-    name: str
-    description: str | None = None
-    parameters: dict[str, Any] | None = None
-
-
-class Tool(_Open):
-    type: Literal["function"] = "function"
-    function: FunctionDefinition
-
-
-class _NamedFunction(_Open):
-    name: str
-
-
-class NamedToolChoice(_Open):
-    type: Literal["function"] = "function"
-    function: _NamedFunction
-
-
-ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
-
-_TOOL_CHOICE_USAGE = 'Correct usage: `{"type": "function", "function": {"name": "my_function"}}`'
-
-
-def _default_tool_choice(data: Any) -> Any:
-    """Tools without a ``tool_choice`` mean ``"auto"`` (OpenAI's default), as in vLLM."""
-    if isinstance(data, dict) and "tool_choice" not in data and data.get("tools"):
-        data = {**data, "tool_choice": "auto"}
-    return data
-
-
-def _check_tool_choice(choice: Any, tools: list[Tool] | None) -> None:
-    """vLLM's tool-choice checks and messages (``tools`` already validated)."""
-    if choice is None or choice == "none":
-        return
-    if tools is None:
-        raise PydanticCustomError("tool_choice", "When using `tool_choice`, `tools` must be set.")
-    if isinstance(choice, NamedToolChoice):
-        name = choice.function.name
-        if not name:
-            raise PydanticCustomError("tool_choice", f"Invalid `name` in `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
-        if all(t.function.name != name for t in tools):
-            raise PydanticCustomError(
-                "tool_choice", "The tool specified in `tool_choice` does not match any of the specified `tools`")
-
-
-def _is_token(x: Any) -> bool:
-    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
-
-
-def _fail(message: str) -> PydanticCustomError:
-    return PydanticCustomError("invalid_request", message)
-
-
 # --- shared sampling fields ----------------------------------------------------------------
 
 NonNegInt = Annotated[int, Field(ge=0)]
 
 
-class _SamplingFields(_Open):
+class _SamplingFields(OpenModel):
     """Fields that chat and completion requests share (vLLM names and defaults)."""
 
     model: str | None = None
@@ -205,7 +100,7 @@ class _SamplingFields(_Open):
     @classmethod
     def _stream_options_need_stream(cls, value: Any, info: ValidationInfo) -> Any:
         if value and not info.data.get("stream"):
-            raise _fail("Stream options can only be defined when `stream=True`.")
+            raise fail("Stream options can only be defined when `stream=True`.")
         return value
 
     @field_validator("logit_bias")
@@ -213,7 +108,7 @@ class _SamplingFields(_Open):
     def _logit_bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
         for key in value or {}:
             if not key.lstrip("-").isdigit():
-                raise _fail(f"keys must be token ids (integers as strings), got {key!r}")
+                raise fail(f"keys must be token ids (integers as strings), got {key!r}")
         return value
 
     @field_validator("prompt_logprobs")
@@ -221,9 +116,9 @@ class _SamplingFields(_Open):
     def _prompt_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None:
             if value < 0 and value != -1:
-                raise _fail("`prompt_logprobs` must be a positive value or -1.")
+                raise fail("`prompt_logprobs` must be a positive value or -1.")
             if info.data.get("stream") and value != 0:
-                raise _fail("`prompt_logprobs` are not available when `stream=True`.")
+                raise fail("`prompt_logprobs` are not available when `stream=True`.")
         return value
 
     def _sampling(self, *, max_tokens: int | None, logprobs: int | None, prompt_logprobs: int | None,
@@ -232,13 +127,13 @@ class _SamplingFields(_Open):
         """The request → :class:`SamplingParams` mapping (vLLM's ``to_sampling_params``)."""
         fields: dict[str, Any] = {
             "n": self.n,
-            "presence_penalty": _or(self.presence_penalty, 0.0),
-            "frequency_penalty": _or(self.frequency_penalty, 0.0),
-            "repetition_penalty": _or(self.repetition_penalty, 1.0),
-            "temperature": _or(self.temperature, 1.0),
-            "top_p": _or(self.top_p, 1.0),
-            "top_k": _or(self.top_k, 0),
-            "min_p": _or(self.min_p, 0.0),
+            "presence_penalty": or_default(self.presence_penalty, 0.0),
+            "frequency_penalty": or_default(self.frequency_penalty, 0.0),
+            "repetition_penalty": or_default(self.repetition_penalty, 1.0),
+            "temperature": or_default(self.temperature, 1.0),
+            "top_p": or_default(self.top_p, 1.0),
+            "top_k": or_default(self.top_k, 0),
+            "min_p": or_default(self.min_p, 0.0),
             "seed": self.seed,
             "stop": self.stop,
             "stop_token_ids": self.stop_token_ids,
@@ -252,60 +147,16 @@ class _SamplingFields(_Open):
             "spaces_between_special_tokens": self.spaces_between_special_tokens,
             "include_stop_str_in_output": self.include_stop_str_in_output,
             "output_kind": RequestOutputKind.DELTA if self.stream else RequestOutputKind.FINAL_ONLY,
-            "logit_bias": _logit_bias(self.logit_bias),
+            "logit_bias": logit_bias_of(self.logit_bias),
             "allowed_token_ids": self.allowed_token_ids,
             "bad_words": self.bad_words,
             "structured_outputs": structured_outputs or self.structured_outputs
-            or _structured_from_format(self.response_format),
+            or structured_from_format(self.response_format),
             "extra_args": self.vllm_xargs or None,
             "skip_clone": True,
         }
         sp = SamplingParams.model_validate(fields)
-        return _vllm_post_init(sp)
-
-
-def _or(value: Any, default: Any) -> Any:
-    return default if value is None else value
-
-
-def _logit_bias(bias: dict[str, float] | None) -> dict[int, float] | None:
-    """OpenAI sends token ids as string keys; vLLM clamps each bias to [-100, 100]."""
-    if not bias:
-        return None
-    out: dict[int, float] = {}
-    for key, value in bias.items():
-        out[int(key)] = min(100.0, max(-100.0, value))  # keys checked by the request model
-    return out
-
-
-def _structured_from_format(fmt: dict[str, Any] | None) -> dict[str, Any] | None:
-    """``response_format`` → vLLM's ``structured_outputs`` (json / json_object)."""
-    if not fmt:
-        return None
-    kind = fmt.get("type")
-    if kind == "json_schema":
-        schema = (fmt.get("json_schema") or {}).get("schema")
-        return {"json": schema if schema is not None else {}}
-    if kind == "json_object":
-        return {"json_object": True}
-    return None
-
-
-def _vllm_post_init(sp: SamplingParams) -> SamplingParams:
-    """What vLLM's ``SamplingParams.__post_init__`` / greedy check change before it serializes."""
-    changes: dict[str, Any] = {}
-    if sp.greedy:
-        # vLLM resets these for greedy sampling, so they disappear from the wire.
-        changes.update(top_p=1.0, top_k=0, min_p=0.0)
-    if sp.stop and not sp.include_stop_str_in_output:
-        # vLLM holds back this many characters so a partial stop string is never streamed.
-        extra = dict(sp.model_extra or {})
-        extra["output_text_buffer_length"] = max(len(s) for s in sp.stop) - 1
-        if extra["output_text_buffer_length"] == 0:
-            del extra["output_text_buffer_length"]
-        if extra:
-            return sp.model_copy(update={**changes, **extra})
-    return sp.model_copy(update=changes) if changes else sp
+        return vllm_post_init(sp)
 
 
 # --- chat ----------------------------------------------------------------------------------
@@ -339,34 +190,34 @@ class ChatCompletionRequest(_SamplingFields):
     @model_validator(mode="before")
     @classmethod
     def _tool_choice_default(cls, data: Any) -> Any:
-        return _default_tool_choice(data)
+        return default_tool_choice(data)
 
     @field_validator("tools")
     @classmethod
     def _tools_not_empty(cls, value: list[Tool] | None) -> list[Tool] | None:
         if value is not None and not value:
-            raise _fail("`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.")
+            raise fail("`tools` must not be an empty array. Either provide at least one tool or omit the field entirely.")
         return value
 
     @field_validator("tool_choice", mode="before")
     @classmethod
     def _tool_choice_shape(cls, value: Any) -> Any:
         if isinstance(value, str) and value not in ("none", "auto", "required"):
-            raise _fail(f'Invalid value for `tool_choice`: {value}! Only named tools, "none", "auto" or '
+            raise fail(f'Invalid value for `tool_choice`: {value}! Only named tools, "none", "auto" or '
                         '"required" are supported.')
         if isinstance(value, dict):
             function = value.get("function")
             if not isinstance(function, dict):
-                raise _fail(f"Invalid value for `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
+                raise fail(f"Invalid value for `function` in `tool_choice`! {TOOL_CHOICE_USAGE}")
             if not isinstance(function.get("name"), str) or not function["name"]:
-                raise _fail(f"Expected a non-empty string `name` in `function` in `tool_choice`! {_TOOL_CHOICE_USAGE}")
+                raise fail(f"Expected a non-empty string `name` in `function` in `tool_choice`! {TOOL_CHOICE_USAGE}")
         return value
 
     @field_validator("tool_choice")
     @classmethod
     def _tool_choice_matches_tools(cls, value: Any, info: ValidationInfo) -> Any:
         if "tools" in info.data:  # absent when `tools` itself failed validation
-            _check_tool_choice(value, info.data["tools"])
+            check_tool_choice(value, info.data["tools"])
         return value
 
     @field_validator("top_logprobs")
@@ -374,16 +225,16 @@ class ChatCompletionRequest(_SamplingFields):
     def _top_logprobs(cls, value: int | None, info: ValidationInfo) -> int | None:
         if value is not None:
             if value < 0 and value != -1:
-                raise _fail("`top_logprobs` must be a positive value or -1.")
+                raise fail("`top_logprobs` must be a positive value or -1.")
             if value != 0 and not info.data.get("logprobs"):
-                raise _fail("when using `top_logprobs`, `logprobs` must be set to true.")
+                raise fail("when using `top_logprobs`, `logprobs` must be set to true.")
         return value
 
     @field_validator("continue_final_message")
     @classmethod
     def _not_both_prompts(cls, value: bool, info: ValidationInfo) -> bool:
         if value and info.data.get("add_generation_prompt"):
-            raise _fail("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
+            raise fail("Cannot set both `continue_final_message` and `add_generation_prompt` to True.")
         return value
 
     @property
@@ -433,17 +284,17 @@ class CompletionRequest(_SamplingFields):
             return value
         ok = isinstance(value, list) and (
             all(isinstance(x, str) for x in value)
-            or all(_is_token(x) for x in value)
-            or all(isinstance(x, list) and all(_is_token(t) for t in x) for x in value))
+            or all(is_token(x) for x in value)
+            or all(isinstance(x, list) and all(is_token(t) for t in x) for x in value))
         if not ok:
-            raise _fail("must be a string, a list of strings, a list of token ids (non-negative integers) "
+            raise fail("must be a string, a list of strings, a list of token ids (non-negative integers) "
                         "or a list of token-id lists")
         return value
 
     @model_validator(mode="after")
     def _has_prompt(self) -> CompletionRequest:
         if (self.prompt is None or self.prompt == []) and self.prompt_embeds is None:
-            raise _fail("Either prompt or prompt_embeds must be provided and non-empty.")
+            raise fail("Either prompt or prompt_embeds must be provided and non-empty.")
         return self
 
     def prompts(self) -> list[str | list[int]]:
