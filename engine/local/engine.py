@@ -85,9 +85,17 @@ class LocalEngine(Engine):
     def from_settings(cls, model_dir: Path, *, model_name: str, max_model_len: int, dtype: str = "auto",
                       max_num_seqs: int = 32, max_num_batched_tokens: int = 2048,
                       max_waiting: int = 256) -> LocalEngine:
-        return cls(model_dir, model_name=model_name, max_model_len=max_model_len, dtype=dtype,
-                   max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                   max_waiting=max_waiting)
+        """Build from server settings; configuration problems are ``ValueError`` with a message
+        the CLI prints as is."""
+        if min(max_num_seqs, max_num_batched_tokens) < 1 or max_waiting < 0:
+            raise ValueError("--max-num-seqs and --max-num-batched-tokens must be at least 1, "
+                             "--max-waiting at least 0")
+        try:
+            return cls(model_dir, model_name=model_name, max_model_len=max_model_len, dtype=dtype,
+                       max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
+                       max_waiting=max_waiting)
+        except EngineError as exc:
+            raise ValueError(exc.message) from None
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:

@@ -182,7 +182,8 @@ def read_limits(model_dir: Path, max_model_len: int, *, max_n: int) -> ModelLimi
     text: dict[str, Any] = nested if isinstance(nested, dict) else {}
     vocab = config.get("vocab_size") or text.get("vocab_size")
     if not isinstance(vocab, int) or vocab <= 0:
-        raise EngineUnavailable(f"no vocab_size in {model_dir / 'config.json'}")
+        raise EngineUnavailable(f"cannot serve {model_dir}: no vocab_size in its config.json "
+                                f"(is it a Hugging Face causal-LM directory?)")
     primary = _ids(config.get("eos_token_id", text.get("eos_token_id")))
     gen = _ids(_read_json(model_dir / "generation_config.json").get("eos_token_id"))
     eos = primary[0] if primary else None
