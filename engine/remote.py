@@ -87,6 +87,7 @@ class RemoteEngine(Engine):
         body = request.to_wire()
         body.update(request_id=rid, stream=True,
                     stream_options={**(body.get("stream_options") or {}), "include_usage": True})
+        body["sampling_params"]["output_kind"] = 1  # DELTA: each event carries that step's new tokens
         n = request.sampling_params.n
         started = finished = False
         self._in_flight[rid] = self._in_flight.get(rid, 0) + 1

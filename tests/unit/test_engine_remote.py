@@ -101,7 +101,7 @@ def test_vllm_stream_becomes_one_output_per_step_with_usage_at_the_end() -> None
     sent = remote.generate_bodies[0]
     assert sent["stream"] is True and sent["stream_options"]["include_usage"] is True
     assert sent["request_id"] == "chatcmpl-9e1da87220c00168"
-    assert sent["sampling_params"]["max_tokens"] == 8
+    assert sent["sampling_params"]["max_tokens"] == 8 and sent["sampling_params"]["output_kind"] == 1
     assert not remote.aborts
 
 
