@@ -1,0 +1,255 @@
+"""The HTTP fallback transport: the same requests over the HTTP shims, for when no WebSocket gets
+through (a proxy refuses the upgrade) or when asked for (``transport="http"``).
+
+Each request frame becomes the matching HTTP call, and its answer the frames a session would have
+sent for it, so the client above the transport seam cannot tell the difference:
+
+============================  ==============================================  =========================
+frame                         HTTP call                                       frames
+============================  ==============================================  =========================
+``chat`` / ``completion``     ``POST /v1/chat/completions`` / ``/v1/completions``, ``stream: true``  ``*.delta`` per SSE chunk, ``*.done``
+``messages``                  ``POST /v1/messages``, ``stream: true``         ``messages.delta`` per event, ``messages.done``
+``render``                    ``POST /v1/{chat/completions,completions,messages}/render``  ``render.done``
+``generate``                  ``POST /inference/v1/generate``, ``stream: true`` (usage included)  ``generate.delta`` per step, ``generate.done`` with usage
+``derender``                  ``POST /v1/{chat/completions,completions}/derender``, ``stream: true``  ``derender.delta``
+============================  ==============================================  =========================
+
+An HTTP error status (before the stream) or an error event (inside it) becomes an ``error`` frame
+through :func:`client_sdk.errors.http_error_body`. Cancelling a request closes its HTTP response,
+which the server takes as a disconnect and aborts the engine work. Session defaults
+(``session.update``) are applied here with the session's own rules
+(``session.session_settings``). Not available over HTTP: resumable streams (the HTTP endpoints
+send no checkpoints).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+from collections.abc import AsyncIterator
+from typing import Any, Literal
+
+import httpx
+import orjson
+
+from client_sdk import errors
+from client_sdk.options import Options
+from client_sdk.sse import SSEDecoder
+from client_sdk.transport import Channel, Handle, call_in_loop, cancel_all, error_frame, spawn
+from client_sdk.types import SessionInfo
+from session.frames import Derender, FrameError, Generate, Render, RequestFrame, SessionPatch
+from session.server_frames import (
+    DELTA_FRAME_OF,
+    DONE_FRAME_OF,
+    DerenderDelta,
+    GenerateDelta,
+    GenerateDone,
+    RenderDone,
+)
+from session.session_settings import SessionSettings, apply_defaults, apply_patch
+
+PIPELINE_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "messages": "/v1/messages"}
+RENDER_PATHS = {k: v + "/render" for k, v in PIPELINE_PATHS.items()}
+DERENDER_PATHS = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender"}
+GENERATE_PATH = "/inference/v1/generate"
+# Which frame type each HTTP route serves (the HTTP twin of session.created's ``frames``).
+FRAME_OF_PATH = {PIPELINE_PATHS["chat"]: "chat", PIPELINE_PATHS["completion"]: "completion",
+                 PIPELINE_PATHS["messages"]: "messages", RENDER_PATHS["chat"]: "render",
+                 DERENDER_PATHS["chat"]: "derender", GENERATE_PATH: "generate"}
+_ANTHROPIC_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
+                     "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
+                     "api_error": 500, "overloaded_error": 503}
+
+
+def void(_: object) -> None:
+    return None
+
+
+class HttpTransport:
+    kind: Literal["websocket", "http"] = "http"
+
+    def __init__(self, urls: list[str], options: Options) -> None:
+        self.urls = urls
+        self.options = options
+        key = Options.resolve_key(options.api_key)
+        headers = dict(options.headers)
+        if key:
+            headers["Authorization"] = f"Bearer {key}"
+        self._http = httpx.AsyncClient(base_url=urls[0], headers=headers, timeout=httpx.Timeout(
+            None, connect=options.connect_timeout, write=options.connect_timeout))
+        self._info: SessionInfo | None = None
+        self._settings: SessionSettings | None = None
+        self._ids = itertools.count(1)
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._running: dict[str, asyncio.Task[Any]] = {}
+
+    @property
+    def info(self) -> SessionInfo:
+        if self._info is None:
+            raise errors.ConnectError("not connected; await client.connect() first")
+        return self._info
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}-{next(self._ids)}"
+
+    async def open(self) -> None:
+        """Learn the model (``/v1/models``, which also checks the API key) and which routes exist
+        (``/openapi.json`` lists exactly the enabled ones)."""
+        base = self.urls[0]
+        with errors.transport_errors(f"connecting to {base}"):
+            models = await self._http.get("/v1/models")
+            if models.status_code >= 400:
+                raise errors.from_http(models.status_code, models.content)
+            spec = await self._http.get("/openapi.json")
+        model = str((models.json().get("data") or [{}])[0].get("id", ""))
+        paths = spec.json().get("paths", {}) if spec.status_code == 200 else {}
+        frames = {frame for path, frame in FRAME_OF_PATH.items() if path in paths}
+        frames |= {"session.update", "cancel", "ping"}
+        self._settings = SessionSettings(model=model)
+        self._info = SessionInfo(transport="http", url=base, model=model, frames=frozenset(frames),
+                                 settings=self._settings.as_dict())
+
+    async def ready(self) -> None:
+        return None
+
+    async def start(self, frame: RequestFrame) -> Handle:
+        if frame.type not in self.info.frames:
+            raise errors.from_error_body({"code": "not_enabled", "status": 404, "param": "type",
+                                          "message": f"This server does not serve {frame.type} requests."})
+        if getattr(frame, "resume", None) is not None or getattr(frame, "resumable", None):
+            raise errors.UnsupportedError("Resumable streams need a WebSocket session; the HTTP endpoints "
+                                          "send no checkpoints.")
+        channel = Channel(frame.id)
+        task = spawn(self._tasks, self._run(frame, channel), name=f"http {frame.id}")
+        self._running[frame.id] = task
+        task.add_done_callback(lambda _: self._running.pop(frame.id, None))
+        loop = asyncio.get_running_loop()
+
+        def stop() -> None:
+            call_in_loop(loop, lambda: void(task.cancel()))
+
+        return Handle(channel, cancel=stop, release=stop)
+
+    async def cancel(self, request_id: str) -> None:
+        task = self._running.get(request_id)
+        if task is not None:
+            task.cancel()
+
+    async def update_session(self, patch: dict[str, Any]) -> dict[str, Any]:
+        assert self._settings is not None
+        try:
+            self._settings = apply_patch(self._settings, SessionPatch.model_validate(patch),
+                                         default_model=self.info.model, models=frozenset({self.info.model}))
+        except FrameError as exc:
+            raise errors.from_error_body({"code": exc.code, "message": exc.message, "status": 404 if
+                                          exc.code == "model_not_found" else 400, "param": exc.param}) from None
+        self._info = dataclasses.replace(self.info, settings=self._settings.as_dict())
+        return self._settings.as_dict()
+
+    async def aclose(self) -> None:
+        await cancel_all(self._tasks)
+        await self._http.aclose()
+
+    # -- one request ------------------------------------------------------------------------------
+    async def _run(self, frame: RequestFrame, channel: Channel) -> None:
+        try:
+            with errors.transport_errors(f"{frame.type} over HTTP"):
+                if isinstance(frame, Render):
+                    body = apply_defaults(frame.kind, frame.body, self._session())
+                    result = await self._post_json(RENDER_PATHS[frame.kind], body, channel)
+                    if result is not None:
+                        channel.put(RenderDone(id=frame.id, result=result))
+                elif isinstance(frame, Derender):
+                    result = await self._post_json(DERENDER_PATHS[frame.kind], {**frame.body, "stream": True}, channel)
+                    if result is not None:
+                        channel.put(DerenderDelta(id=frame.id, result=result))
+                elif isinstance(frame, Generate):
+                    await self._generate(frame, channel)
+                else:
+                    await self._pipeline(frame, channel)
+        except asyncio.CancelledError:
+            if frame.type in ("render", "derender"):
+                channel.put(error_frame(frame.id, {"code": "cancelled", "status": 499, "param": None,
+                                                   "message": "The request was cancelled."}))
+            else:
+                channel.put(DONE_FRAME_OF[frame.type](id=frame.id, status="cancelled"))
+        except errors.TokenwireError as exc:
+            channel.fail(exc)
+
+    def _session(self) -> SessionSettings:
+        assert self._settings is not None
+        return self._settings
+
+    async def _post_json(self, path: str, body: dict[str, Any], channel: Channel) -> Any:
+        response = await self._http.post(path, content=orjson.dumps(body),
+                                         headers={"content-type": "application/json"})
+        if response.status_code >= 400:
+            channel.put(error_frame(channel.id, errors.http_error_body(response.status_code, response.content)))
+            return None
+        return orjson.loads(response.content)
+
+    async def _pipeline(self, frame: RequestFrame, channel: Channel) -> None:
+        kind = frame.type
+        assert kind in PIPELINE_PATHS
+        body = {**apply_defaults(kind, frame.body, self._session()), "stream": True}  # type: ignore[arg-type]
+        delta = DELTA_FRAME_OF[kind]
+        field = "events" if kind == "messages" else "chunks"
+        async for payload in self._sse(PIPELINE_PATHS[kind], body, channel, anthropic=kind == "messages"):
+            channel.put(delta(id=frame.id, **{field: [payload]}))  # type: ignore[arg-type]
+        if not channel.finished:
+            channel.put(DONE_FRAME_OF[kind](id=frame.id, status="completed"))
+
+    async def _generate(self, frame: Generate, channel: Channel) -> None:
+        options = dict(frame.body.get("stream_options") or {})
+        options["include_usage"] = True
+        body = {**frame.body, "stream": True, "stream_options": options}
+        usage: dict[str, Any] | None = None
+        async for chunk in self._sse(GENERATE_PATH, body, channel, anthropic=False):
+            if not chunk.get("choices") and chunk.get("usage") is not None:
+                usage = chunk["usage"]
+                continue
+            channel.put(GenerateDelta(id=frame.id, chunk=chunk))
+        if not channel.finished:
+            channel.put(GenerateDone(id=frame.id, status="completed", usage=usage))
+
+    async def _sse(self, path: str, body: dict[str, Any], channel: Channel, *,
+                   anthropic: bool) -> AsyncIterator[dict[str, Any]]:
+        """The JSON payloads of an SSE answer; an error (status or event) ends it with an error frame."""
+        async with self._http.stream("POST", path, content=orjson.dumps(body),
+                                     headers={"content-type": "application/json"}) as response:
+            if response.status_code >= 400:
+                channel.put(error_frame(channel.id, errors.http_error_body(response.status_code,
+                                                                           await response.aread())))
+                return
+            decoder = SSEDecoder()
+            async for line in response.aiter_lines():
+                event = decoder.line(line)
+                if event is None:
+                    continue
+                name, data = event
+                if data == "[DONE]":
+                    return
+                payload = orjson.loads(data)
+                error = _stream_error(name, payload, anthropic=anthropic)
+                if error is not None:
+                    channel.put(error_frame(channel.id, error))
+                    return
+                yield payload
+
+
+def _stream_error(name: str, payload: Any, *, anthropic: bool) -> dict[str, Any] | None:
+    """An error event inside an SSE stream, as an ``error`` frame body (None: not an error)."""
+    if not isinstance(payload, dict):
+        return None
+    if anthropic and (name == "error" or payload.get("type") == "error"):
+        inner = payload.get("error") or {}
+        status = _ANTHROPIC_STATUS.get(str(inner.get("type")), 500)
+        return errors.http_error_body(status, payload)
+    if not anthropic and isinstance(payload.get("error"), dict) and "choices" not in payload:
+        code = payload["error"].get("code")
+        return errors.http_error_body(code if isinstance(code, int) else 500, payload)
+    return None
+
+
+
