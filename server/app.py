@@ -30,6 +30,7 @@ ROUTE_MODULES = (
     "server.routes.derender",
     "server.routes.generate",
     "server.routes.pipeline",
+    "server.routes.playground",
 )
 # Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
 WEBSOCKET_MODULES: tuple[str, ...] = ("server.ws",)

@@ -1,0 +1,198 @@
+// The ES module's own protocol tests, run in a browser page against the server that serves it
+// (test.html). A server with scale-out frames enabled and, for the auth tests, an API key.
+import { ConnectionLost, Session, TokenwireError, authSubprotocol, connect, sessionUrl } from "/static/tokenwire.js";
+
+const USER = [{ role: "user", content: "Count to ten, please." }];
+
+function assert(condition, message) {
+  if (!condition) throw new Error(message);
+}
+
+async function collect(stream) {
+  const items = [];
+  for await (const item of stream) items.push(item);
+  return items;
+}
+
+function chatText(chunks) {
+  return chunks.map((c) => (c.choices[0]?.delta?.content ?? "") + (c.choices[0]?.delta?.reasoning ?? "")).join("");
+}
+
+function withTimeout(promise, ms, what) {
+  return Promise.race([promise, new Promise((_, reject) => setTimeout(() => reject(new Error(`${what}: timed out`)), ms))]);
+}
+
+/** A WebSocket stand-in that plays scripted server frames (for what a real server never does). */
+class ScriptedSocket {
+  constructor(url, protocols) {
+    this.url = url;
+    this.protocols = protocols;
+    this.readyState = 1;
+    this.protocol = protocols[0];
+    this.sent = [];
+    setTimeout(() => this.onmessage({ data: JSON.stringify({ type: "session.created", seq: 1, event_id: null,
+      session_id: "sess_x", protocol_version: 1, frames: ["chat"], limits: { idle_timeout_s: 300 },
+      session: { model: "m" } }) }), 0);
+  }
+  send(text) {
+    this.sent.push(JSON.parse(text));
+    const frame = JSON.parse(text);
+    if (frame.type === "chat") { // a delta, then a frame that skips a seq number
+      setTimeout(() => {
+        this.onmessage({ data: JSON.stringify({ type: "chat.delta", seq: 2, event_id: null, id: frame.id, chunks: [] }) });
+        this.onmessage({ data: JSON.stringify({ type: "chat.delta", seq: 4, event_id: null, id: frame.id, chunks: [] }) });
+      }, 0);
+    }
+  }
+  close(code) { this.readyState = 3; setTimeout(() => this.onclose({ code, reason: "" }), 0); }
+}
+
+export const tests = {
+  async "authSubprotocol is base64url of the UTF-8 key, without padding"() {
+    assert(authSubprotocol("k") === "tokenwire.auth.aw", authSubprotocol("k"));
+    assert(authSubprotocol("ü>?") === "tokenwire.auth.w7w-Pw", authSubprotocol("ü>?"));
+    assert(sessionUrl("https://example.com:8443/x/") === "wss://example.com:8443/v1/session", sessionUrl("https://example.com:8443/x/"));
+  },
+
+  async "the key in the subprotocol opens a session; the server selects tokenwire.v1"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      assert(s.protocol === "tokenwire.v1", `selected ${s.protocol}`);
+      assert(s.info.type === "session.created" && s.lastSeq === 1, "session.created comes first, seq 1");
+      assert(s.info.protocol_version === 1, "protocol version 1");
+      for (const t of ["chat", "render", "generate", "derender", "cancel", "ping"]) assert(s.frames.includes(t), `frame ${t} enabled`);
+    } finally { s.close(); }
+  },
+
+  async "a wrong key is refused at the upgrade"({ apiKey }) {
+    if (!apiKey) return; // the server has no key
+    let error = null;
+    try { (await connect({ apiKey: apiKey + "-wrong" })).close(); } catch (err) { error = err; }
+    assert(error instanceof ConnectionLost, `refused (${error})`);
+  },
+
+  async "many requests share one socket and each ends with its own final frame"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const streams = Array.from({ length: 6 }, (_, i) => s.chat({ messages: USER, max_tokens: 6 + i, seed: i, temperature: 1,
+        stream_options: { include_usage: true } }));
+      const results = await Promise.all(streams.map(collect));
+      results.forEach((chunks, i) => {
+        assert(streams[i].status === "completed", `stream ${i} completed`);
+        assert(new Set(chunks.map((c) => c.id)).size === 1, "one chunk id per stream");
+        const usage = chunks[chunks.length - 1].usage;
+        assert(usage && usage.completion_tokens <= 6 + i, `usage of stream ${i}`);
+      });
+      assert(new Set(results.map((r) => r[0].id)).size === 6, "six distinct completions");
+      await s.ping();
+    } finally { s.close(); }
+  },
+
+  async "cancel ends a running request with status cancelled; the session lives on"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const stream = s.chat({ messages: USER, max_tokens: 3000, temperature: 1 });
+      let seen = 0;
+      for await (const chunk of stream) {
+        if (chunk.choices.length) seen += 1;
+        if (seen === 2) stream.cancel();
+      }
+      assert(stream.status === "cancelled", `status ${stream.status}`);
+      assert(seen < 3000, "stopped early");
+      await s.ping();
+    } finally { s.close(); }
+  },
+
+  async "leaving a for-await loop early cancels the request"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const stream = s.chat({ messages: USER, max_tokens: 3000, temperature: 1 });
+      for await (const chunk of stream) { if (chunk) break; } // eslint-disable-line no-unreachable-loop
+      await withTimeout(stream.final(), 20000, "the cancelled request's final frame");
+      assert(stream.status === "cancelled", `status ${stream.status}`);
+    } finally { s.close(); }
+  },
+
+  async "an error frame fails only its request"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      let error = null;
+      try { await collect(s.chat({ max_tokens: 4 })); } catch (err) { error = err; }
+      assert(error instanceof TokenwireError, `an error (${error})`);
+      assert(error.code === "invalid_request" && error.status === 400 && error.param === "messages", JSON.stringify(error));
+      const ok = await collect(s.chat({ messages: USER, max_tokens: 3 }));
+      assert(ok.length > 0, "the next request works");
+    } finally { s.close(); }
+  },
+
+  async "an unknown frame type is answered with unknown_type"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      let error = null;
+      try { await s._roundtrip({ type: "bogus" }); } catch (err) { error = err; }
+      assert(error && error.code === "unknown_type", `unknown_type (${error && error.code})`);
+      await s.ping();
+    } finally { s.close(); }
+  },
+
+  async "render, generate and derender give the text the chat pipeline gives"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const body = { messages: USER, max_tokens: 8, seed: 11, temperature: 1 };
+      const rendered = await s.render("chat", body);
+      assert(Array.isArray(rendered.token_ids) && rendered.token_ids.length > 0, "render gives token ids");
+      const gen = s.generate({ token_ids: rendered.token_ids, sampling_params: rendered.sampling_params });
+      const d = s.derenderer("chat", { request: body, promptTokenIds: rendered.token_ids });
+      const derendered = [];
+      for await (const chunk of gen) derendered.push(...await d.push(chunk));
+      assert(gen.status === "completed" && gen.usage.completion_tokens > 0 && gen.usage.completion_tokens <= 8, `generate usage ${JSON.stringify(gen.usage)}`);
+      assert(d.states.get(0), "the state is carried");
+      const piped = await collect(s.chat(body));
+      assert(chatText(derendered) === chatText(piped), `${chatText(derendered)} != ${chatText(piped)}`);
+    } finally { s.close(); }
+  },
+
+  async "messages streams Anthropic events from message_start to message_stop"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const events = await collect(s.messages({ messages: USER, max_tokens: 5 }));
+      assert(events[0].type === "message_start", events[0].type);
+      assert(events[events.length - 1].type === "message_stop", events[events.length - 1].type);
+    } finally { s.close(); }
+  },
+
+  async "session.update sets defaults for later requests"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const settings = await s.updateSession({ sampling: { max_tokens: 2 } });
+      assert(settings.sampling.max_tokens === 2, JSON.stringify(settings));
+      const chunks = await collect(s.chat({ messages: USER, stream_options: { include_usage: true } }));
+      assert(chunks[chunks.length - 1].usage.completion_tokens <= 2, "max_tokens from the session");
+    } finally { s.close(); }
+  },
+
+  async "a seq gap breaks the session and fails its requests"() {
+    const s = await connect({ url: "http://scripted.invalid", WebSocket: ScriptedSocket });
+    assert(s instanceof Session && s.model === "m", "scripted session");
+    let error = null;
+    try { await collect(s.chat({ messages: USER })); } catch (err) { error = err; }
+    assert(error instanceof ConnectionLost && s.closed, `ConnectionLost (${error})`);
+  },
+};
+
+/** Run every test in order; `onResult({name, ok, error})` after each. */
+export async function run({ apiKey, onResult = () => {} } = {}) {
+  const results = [];
+  for (const [name, fn] of Object.entries(tests)) {
+    let result;
+    try {
+      await withTimeout(fn({ apiKey }), 60000, name);
+      result = { name, ok: true, error: null };
+    } catch (err) {
+      result = { name, ok: false, error: `${err && err.name}: ${err && err.message}` };
+    }
+    results.push(result);
+    onResult(result);
+  }
+  return results;
+}

@@ -1,0 +1,169 @@
+"""The browser client in headless Chromium against real servers: the ES module's own protocol tests
+run in the page, and the playground at ``/`` streams, stops, and shows reasoning, content and tool
+calls. A screenshot of the playground is saved to ``tests/artifacts/playground.png``."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.e2e.browser_cdp import Browser, Page, chromium_path
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.server_proc import ServerProcess
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+KEY = "browser-test-key"
+ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"
+TOOLS = [{"type": "function", "function": {
+    "name": "get_weather", "description": "Weather for a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+SCRIPT = ("<think>\nThe user asks about the weather in Paris. I should call the weather tool.\n</think>\n\n"
+          "Let me check the weather in Paris for you.\n<tool_call>\n"
+          '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>')
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _needs_chromium() -> None:
+    if chromium_path() is None:
+        pytest.fail("chromium is not installed: run scripts/install-browser.sh (scripts/test.sh does)")
+
+
+@pytest.fixture(scope="module")
+def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
+    with ServerProcess(["serve", asset("tiny-qwen3"), "--enable-scale-out", "--api-key", KEY, "--dtype", "float32",
+                        "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
+                        "--state-secret", "browser-tests"]) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def tool_server(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[ServerProcess]:
+    ids = tokenizer("qwen3").encode(SCRIPT, add_special_tokens=False)
+    with ScriptedEngine(ids, step=1) as engine, ServerProcess(
+            ["launch", "render", asset("qwen3"), "--engine-url", engine.url, "--tool-call-parser", "hermes",
+             "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"]) as srv:
+        yield srv
+
+
+async def open_page(browser: Browser, url: str, *, key: str | None) -> Page:
+    page = await browser.page()
+    await page.goto(url + "/static/playground.css")  # same origin: set the key before the app starts
+    await page.evaluate(f"localStorage.setItem('tokenwire.apiKey', {orjson.dumps(key or '').decode()})")
+    return page
+
+
+def test_the_es_module_protocol_tests_pass_in_the_page(server: ServerProcess) -> None:
+    async def main() -> list[dict[str, Any]]:
+        async with Browser() as browser:
+            page = await open_page(browser, server.url, key=KEY)
+            await page.goto(server.url + "/static/test.html")
+            await page.wait_for("window.tokenwireTests && window.tokenwireTests.done", timeout=240)
+            results: list[dict[str, Any]] = await page.evaluate("window.tokenwireTests.results")
+            await page.screenshot(ARTIFACTS / "tokenwire-js-tests.png")
+            assert page.errors == []
+            return results
+
+    results = asyncio.run(main())
+    failed = [r for r in results if not r["ok"]]
+    assert failed == [], failed
+    assert len(results) >= 10
+    assert any("cancel" in r["name"] for r in results)
+    assert any("share one socket" in r["name"] for r in results)
+
+
+def test_the_playground_streams_text_and_stop_ends_the_generation(server: ServerProcess) -> None:
+    async def main() -> dict[str, Any]:
+        async with Browser() as browser:
+            page = await open_page(browser, server.url, key=KEY)
+            await page.goto(server.url + "/")
+            await page.wait_for("document.getElementById('conn').dataset.state === 'open'")
+            assert await page.evaluate("document.getElementById('model-name').textContent") == "tiny-qwen3"
+            # A short answer, without thinking: content streams into the assistant message.
+            await page.evaluate("document.getElementById('thinking').checked = false")
+            await page.type_into("#max_tokens", "16")
+            await page.type_into("#seed", "3")
+            await page.type_into("#prompt", "Say hello.")
+            await page.click("#send")
+            await page.wait_for("document.querySelector('.msg.assistant')?.dataset.status === 'completed'")
+            first = await page.evaluate("""({
+                content: document.querySelector('.msg.assistant .content').textContent,
+                tokens: Number(document.getElementById('tokens').textContent),
+                tps: Number(document.getElementById('tps').textContent),
+                meta: document.querySelector('.msg.assistant .meta').textContent })""")
+            # A long answer: text appears while it streams; Stop ends it.
+            await page.type_into("#max_tokens", "3000")
+            await page.type_into("#prompt", "Now tell me a very long story.")
+            await page.click("#send")
+            await page.wait_for("document.body.dataset.state === 'streaming' && "
+                                "document.querySelectorAll('.msg.assistant')[1]?.querySelector('.content')"
+                                ".textContent.length > 0")
+            streaming_text = await page.evaluate(
+                "document.querySelectorAll('.msg.assistant')[1].querySelector('.content').textContent")
+            await page.click("#stop")
+            await page.wait_for("document.querySelectorAll('.msg.assistant')[1].dataset.status === 'cancelled'")
+            await page.wait_for("document.body.dataset.state === 'idle'")
+            second = await page.evaluate("""({
+                content: document.querySelectorAll('.msg.assistant')[1].querySelector('.content').textContent,
+                tokens: Number(document.getElementById('tokens').textContent),
+                meta: document.querySelectorAll('.msg.assistant')[1].querySelector('.meta').textContent,
+                stopDisabled: document.getElementById('stop').disabled,
+                sendDisabled: document.getElementById('send').disabled })""")
+            assert page.errors == []
+            return {"first": first, "streaming_text": streaming_text, "second": second}
+
+    seen = asyncio.run(main())
+    first, second = seen["first"], seen["second"]
+    assert first["content"] and 0 < first["tokens"] <= 16 and first["tps"] > 0, first
+    assert first["meta"].startswith(("length", "stop")), first
+    assert seen["streaming_text"] and second["content"].startswith(seen["streaming_text"])
+    assert second["meta"].startswith("stopped") and second["tokens"] < 3000, second
+    assert second["stopDisabled"] and not second["sendDisabled"]
+    health = httpx.get(server.url + "/health", timeout=10).json()
+    assert health["live_sequences"] == 0  # the stop reached the engine: nothing is still generating
+
+
+def test_the_playground_shows_reasoning_content_and_a_streamed_tool_call(tool_server: ServerProcess) -> None:
+    async def main() -> dict[str, Any]:
+        async with Browser() as browser:
+            page = await open_page(browser, tool_server.url, key=None)
+            await page.goto(tool_server.url + "/")
+            await page.wait_for("document.getElementById('conn').dataset.state === 'open'")
+            await page.type_into("#tools", orjson.dumps(TOOLS, option=orjson.OPT_INDENT_2).decode())
+            await page.type_into("#system", "You are a helpful assistant with a weather tool.")
+            await page.type_into("#prompt", "What is the weather in Paris?")
+            # Record every value the tool call's arguments take on screen (text nodes keep the
+            # value they were created with), to see them grow while the answer streams.
+            await page.evaluate("""window.argsSeen = []; new MutationObserver((records) => {
+                for (const r of records) for (const n of r.addedNodes)
+                    if (n.nodeType === 3 && n.parentElement?.matches('.tool pre')) window.argsSeen.push(n.data);
+            }).observe(document.getElementById('messages'), {childList: true, subtree: true});""")
+            await page.click("#send")
+            await page.wait_for("document.querySelector('.msg.assistant')?.dataset.status === 'completed'")
+            shown = await page.evaluate("""({
+                reasoning: document.querySelector('.msg.assistant .reasoning').textContent,
+                content: document.querySelector('.msg.assistant .content').textContent,
+                tool: document.querySelector('.tool .name').textContent,
+                args: document.querySelector('.tool pre').textContent,
+                meta: document.querySelector('.msg.assistant .meta').textContent })""")
+            await page.screenshot(ARTIFACTS / "playground.png")
+            shown["seen"] = await page.evaluate("window.argsSeen")
+            assert page.errors == []
+            return shown
+
+    shown = asyncio.run(main())
+    assert "weather tool" in shown["reasoning"]
+    assert shown["content"].strip() == "Let me check the weather in Paris for you."
+    assert shown["tool"] == "get_weather"
+    assert orjson.loads(shown["args"]) == {"city": "Paris"}
+    seen = shown["seen"]
+    assert len(seen) > 1 and seen[-1] == shown["args"]  # streamed in pieces, not at once
+    assert all(shown["args"].startswith(value) for value in seen)
+    assert shown["meta"].startswith("tool_calls")
+    assert (ARTIFACTS / "playground.png").stat().st_size > 10_000
