@@ -212,11 +212,16 @@ class Scheduler:
         self.prefilling.append(seq)
 
     # --- transitions driven by the engine after a step -------------------------------------
-    def prefill_done(self, chunk: PrefillChunk) -> list[Sequence]:
-        """Record a computed chunk. When it completes the prompt, the sequence (and its n-1
-        forks) start decoding; returns the sequences that now need their first token."""
+    def prefilled(self, chunks: list[PrefillChunk]) -> list[list[Sequence]]:
+        """Record a computed prefill batch. Every chunk's tokens count as computed first (row
+        moves below copy them); then each sequence whose prompt is complete starts decoding,
+        with its n-1 forks. Returns, per chunk, the sequences that now need their first token."""
+        for chunk in chunks:
+            chunk.seq.computed = chunk.start + chunk.count
+        return [self._start_decoding(chunk) for chunk in chunks]
+
+    def _start_decoding(self, chunk: PrefillChunk) -> list[Sequence]:
         seq = chunk.seq
-        seq.computed = chunk.start + chunk.count
         if not chunk.completes or seq.state is not SeqState.PREFILL:
             return []
         self._promote(seq)

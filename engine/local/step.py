@@ -61,8 +61,8 @@ def run_step(sched: Scheduler, runner: Runner, sampler: Sampler, *, max_model_le
         picks: list[Any] = []
         if plan.prefill:
             logits = runner.prefill(plan.prefill)
-            for i, chunk in enumerate(plan.prefill):
-                for seq in sched.prefill_done(chunk):
+            for i, starters in enumerate(sched.prefilled(plan.prefill)):
+                for seq in starters:
                     rows.append(seq)
                     picks.append(logits[i])
         if plan.decode:

@@ -70,7 +70,8 @@ class EngineHarness:
         """Run requests concurrently (optionally starting them ``stagger`` seconds apart)."""
         async def main() -> list[Result]:
             async def one(i: int, r: GenerateRequest) -> Result:
-                await asyncio.sleep(i * stagger)
+                if stagger:
+                    await asyncio.sleep(i * stagger)
                 return await collect(self.engine, r)
             return list(await asyncio.gather(*(one(i, r) for i, r in enumerate(reqs))))
         return self.portal.call(main)

@@ -68,6 +68,15 @@ def test_n_choices_sample_independently_and_choice_zero_matches_n_1(h: EngineHar
     assert final.usage.completion_tokens == 30 and final.usage.prompt_tokens == len(prompt)
 
 
+def test_a_fork_next_to_other_prefills_keeps_their_tokens(h: EngineHarness, prompt: list[int]) -> None:
+    """n > 1 forks move the rows of prompts prefilled in the same batch; they must keep their KV."""
+    others = [prompt[:5], prompt[2:], prompt[:-3]]
+    alone = [h.run(request(p, max_tokens=8))[0].ids for p in others]
+    together = h.run(sampled(prompt, max_tokens=8, n=3), *[request(p, max_tokens=8) for p in others])
+    assert [r.ids for r in together[1:]] == alone
+    assert together[0].tokens[0] == h.run(sampled(prompt, max_tokens=8))[0].ids
+
+
 def test_stop_token_id_ends_with_it_and_reports_it(h: EngineHarness, prompt: list[int]) -> None:
     free = h.run(request(prompt, max_tokens=12))[0].ids
     stop = free[4]

@@ -148,6 +148,18 @@ def test_n_greater_than_one_forks_after_the_prefill() -> None:
     assert s.reserved == 0 and s.live_sequences == 0
 
 
+def test_a_fork_keeps_the_rows_prefilled_in_the_same_batch() -> None:
+    s = Scheduler(max_num_seqs=6, max_num_batched_tokens=64, max_waiting=10)
+    runner = SimRunner()
+    s.add(group("fan", 3, 1, n=3))
+    s.add(group("next", 6, 2))  # prefilled in the same forward, right behind the forking prompt
+    run_step(s, runner, sampler_from(random.Random(4)), max_model_len=MAX_LEN)  # type: ignore[arg-type]
+    runner.apply(s.take_ops())
+    (nxt,) = s.groups["next"].seqs
+    assert nxt.state is SeqState.DECODE and nxt.computed == 6
+    runner.check(nxt)
+
+
 def test_abort_frees_rows_and_reserved_slots_at_once() -> None:
     s = Scheduler(max_num_seqs=6, max_num_batched_tokens=64, max_waiting=10)
     runner = SimRunner()
