@@ -33,6 +33,7 @@ TEXTS = [
     "List the planets of the solar system in order from the sun, with one fact about each.",
     "Hi",
 ]
+N_CHOICES = {5: 2, 6: 3}  # seeded requests with n > 1 (one streamed, one JSON)
 DISCONNECT = {3, 11, 19, 27}
 ABORT_ROUTE = {7, 15, 23, 31}
 ABORTED = DISCONNECT | ABORT_ROUTE
@@ -60,6 +61,8 @@ def spec(i: int, prompt: list[int]) -> dict[str, Any]:
     sp["max_tokens"] = 300 if i in ABORTED else 6 + (i * 7) % 35
     if i in ABORTED:
         sp["ignore_eos"] = True
+    if i in N_CHOICES:
+        sp["n"] = N_CHOICES[i]
     return {"request_id": f"c{i}", "token_ids": prompt, "sampling_params": sp}
 
 
@@ -68,18 +71,18 @@ def sse_lines(text: str) -> list[Any]:
             for line in text.split("\n") if line.startswith("data: ")]
 
 
-async def solo(client: httpx.AsyncClient, body: dict[str, Any]) -> list[int]:
+async def solo(client: httpx.AsyncClient, body: dict[str, Any]) -> dict[int, list[int]]:
+    """Tokens per choice index."""
     r = await client.post(GENERATE, json=body)
     assert r.status_code == 200, r.text
-    tokens: list[int] = r.json()["choices"][0]["token_ids"]
-    return tokens
+    return {c["index"]: c["token_ids"] for c in r.json()["choices"]}
 
 
 async def streamed(client: httpx.AsyncClient, body: dict[str, Any], *, abort_after: int | None = None,
-                   disconnect: bool = False) -> tuple[list[int], list[Any]]:
-    """Stream one request; optionally abort after ``abort_after`` chunks. Returns the tokens and
-    the finish reasons seen."""
-    tokens: list[int] = []
+                   disconnect: bool = False) -> tuple[dict[int, list[int]], list[Any]]:
+    """Stream one request; optionally abort after ``abort_after`` chunks. Returns the tokens per
+    choice index and the finish reasons seen."""
+    tokens: dict[int, list[int]] = {}
     finishes: list[Any] = []
     chunks = 0
     async with client.stream("POST", GENERATE, json={**body, "stream": True,
@@ -90,7 +93,7 @@ async def streamed(client: httpx.AsyncClient, body: dict[str, Any], *, abort_aft
                 continue
             event = json.loads(line[6:])
             for choice in event["choices"]:
-                tokens += choice["token_ids"]
+                tokens.setdefault(choice["index"], []).extend(choice["token_ids"])
                 if choice["finish_reason"] is not None:
                     finishes.append(choice["finish_reason"])
             chunks += bool(event["choices"])
@@ -114,9 +117,9 @@ def test_32_concurrent_requests_get_their_own_tokens_and_aborts_free_memory(
             # stop ids taken from the middle of each solo output (every fifth request)
             for i in range(0, 32, 5):
                 if i not in ABORTED:
-                    free = await solo(client, bodies[i])
+                    free = (await solo(client, bodies[i]))[0]
                     bodies[i]["sampling_params"]["stop_token_ids"] = [free[len(free) // 2]]
-            reference: dict[int, list[int]] = {}
+            reference: dict[int, dict[int, list[int]]] = {}
             for i, body in enumerate(bodies):  # each request alone, one after the other
                 if i in ABORTED:
                     short = {**body, "sampling_params": {**body["sampling_params"], "max_tokens": REFERENCE_PREFIX}}
@@ -124,7 +127,7 @@ def test_32_concurrent_requests_get_their_own_tokens_and_aborts_free_memory(
                 else:
                     reference[i] = await solo(client, body)
 
-            async def run(i: int) -> tuple[list[int], list[Any]]:
+            async def run(i: int) -> tuple[dict[int, list[int]], list[Any]]:
                 body = bodies[i]
                 if i in DISCONNECT:
                     return await streamed(client, body, abort_after=2 + i % 3, disconnect=True)
@@ -136,17 +139,19 @@ def test_32_concurrent_requests_get_their_own_tokens_and_aborts_free_memory(
 
             results = await asyncio.gather(*(run(i) for i in range(32)))
 
-            for i, (tokens, finishes) in enumerate(results):
+            for i, (choices, finishes) in enumerate(results):
                 if i in ABORTED:
+                    tokens = choices[0]
                     assert len(tokens) < 300, i
                     n = min(len(tokens), REFERENCE_PREFIX)
-                    assert tokens[:n] == reference[i][:n], i
+                    assert tokens[:n] == reference[i][0][:n], i
                     if i in ABORT_ROUTE:
                         assert finishes == ["abort"], (i, finishes)
                 else:
-                    assert tokens == reference[i], i
+                    assert choices == reference[i], i
+                    assert len(choices) == N_CHOICES.get(i, 1)
                     if i % 5 == 0:
-                        assert tokens[-1] == bodies[i]["sampling_params"]["stop_token_ids"][0]
+                        assert choices[0][-1] == bodies[i]["sampling_params"]["stop_token_ids"][0]
 
             live = -1
             for _ in range(300):  # the disconnects reach the engine as the server notices them
