@@ -51,8 +51,13 @@ def enabled_routes(ctx: ServerContext) -> list[Route]:
     return [r for r in all_routes() if r.group in ctx.gating]
 
 
+def flavor_of(path: str) -> str:
+    """Which API's error envelope answers on ``path``: Anthropic's on ``/v1/messages*``."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
+
+
 def _wrap(route: Route) -> Any:
-    flavor = "anthropic" if route.path.startswith("/v1/messages") else "openai"
+    flavor = flavor_of(route.path)
 
     async def endpoint(request: Request) -> Response:
         try:
@@ -78,10 +83,12 @@ class ApiKeyMiddleware:
             return
         headers = dict(scope["headers"])
         given = _bearer(headers.get(b"authorization", b"")) or headers.get(b"x-api-key", b"")
+        flavor = flavor_of(scope["path"])
         if not given:
-            response = error_response(ApiError(401, "Missing API key; send 'Authorization: Bearer <key>'."))
+            response = error_response(ApiError(401, "Missing API key; send 'Authorization: Bearer <key>'."),
+                                      flavor=flavor)
         elif not any(hmac.compare_digest(given, k) for k in self.keys):
-            response = error_response(ApiError(401, "Invalid API key."))
+            response = error_response(ApiError(401, "Invalid API key."), flavor=flavor)
         else:
             await self.app(scope, receive, send)
             return
@@ -138,11 +145,17 @@ def create_app(ctx: ServerContext) -> Starlette:
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
-    return error_response(ApiError(404, f"Not found: {request.method} {request.url.path}"))
+    return error_response(ApiError(404, f"Not found: {request.method} {request.url.path}"),
+                          flavor=flavor_of(request.url.path))
 
 
 async def _method_not_allowed(request: Request, exc: Exception) -> Response:
-    return error_response(ApiError(405, f"Method {request.method} is not allowed on {request.url.path}"))
+    response = error_response(ApiError(405, f"Method {request.method} is not allowed on {request.url.path}"),
+                              flavor=flavor_of(request.url.path))
+    allow = (getattr(exc, "headers", None) or {}).get("Allow")
+    if allow:  # RFC 9110: a 405 lists the methods the resource supports
+        response.headers["Allow"] = allow
+    return response
 
 
 def ctx_of(request: Request) -> ServerContext:

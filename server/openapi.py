@@ -1,14 +1,32 @@
-"""The OpenAPI document, built from the same route list the app registers."""
+"""The OpenAPI document, built from the same route list the app registers.
+
+The document must say what the server really accepts and answers (``tests/e2e/test_http_fuzz.py``
+checks it with schemathesis against real servers):
+
+- every named model is a component (top-level request models too), so the refinements below
+  apply wherever a model appears;
+- :data:`REFINEMENTS` states the rules the request validators check beyond the field types
+  (a non-empty ``messages``, a completion ``prompt`` that must be present, features this server
+  refuses), each next to the validator it mirrors. Rules that depend on the model (token ids
+  against the vocabulary, prompt + ``max_tokens`` against the context) or tie several sampling
+  fields together stay out of the schema: they are 400s with a message naming the field;
+- errors declare the envelope of their API: OpenAI's ``{"error": {...}}`` everywhere, Anthropic's
+  ``{"type": "error", "error": {...}}`` on ``/v1/messages``;
+- ``text/event-stream`` answers declare the shape of one event (what ``data:`` carries), as
+  OpenAPI 3.1 tools read a streaming media type's schema.
+"""
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import TypeAdapter
 
 from server.routes import Route
 
-_ERROR_SCHEMA = {
+_OPENAI_ERROR = {
     "type": "object",
     "properties": {
         "error": {
@@ -24,17 +42,141 @@ _ERROR_SCHEMA = {
     },
     "required": ["error"],
 }
+_ANTHROPIC_ERROR = {
+    "type": "object",
+    "properties": {
+        "type": {"const": "error"},
+        "error": {
+            "type": "object",
+            "properties": {"type": {"type": "string"}, "message": {"type": "string"}},
+            "required": ["type", "message"],
+        },
+    },
+    "required": ["type", "error"],
+}
+_SSE_EVENT = {
+    "type": "object",
+    "description": "One server-sent event. `data` is a JSON document (a stream chunk, or an error envelope "
+                   "after the stream started), or `[DONE]` at the end of an OpenAI-style stream.",
+    "properties": {
+        "event": {"type": "string"},
+        "data": {"type": "string", "contentMediaType": "application/json"},
+        "id": {"type": "string"},
+    },
+    "required": ["data"],
+}
+
+Schema = dict[str, Any]
 
 
-def _schema(model: Any, defs: dict[str, Any]) -> dict[str, Any]:
+def _prop(schema: Schema, name: str, change: Callable[[Schema], Schema]) -> None:
+    props = schema.get("properties", {})
+    if name in props:
+        props[name] = change(props[name])
+
+
+def _non_empty(prop: Schema) -> Schema:
+    """Arrays inside ``prop`` (or ``prop`` itself) need at least one item."""
+    members = prop.get("anyOf")
+    if members is None:
+        return {**prop, "minItems": 1} if prop.get("type") == "array" else prop
+    return {**prop, "anyOf": [_non_empty(m) for m in members]}
+
+
+def _not_null(prop: Schema) -> Schema:
+    members = [m for m in prop.get("anyOf", ()) if m.get("type") != "null"]
+    if not members:
+        return prop
+    out = {k: v for k, v in prop.items() if k not in ("anyOf", "default")}
+    return {**out, **members[0]} if len(members) == 1 else {**out, "anyOf": members}
+
+
+def _require(schema: Schema, *names: str) -> None:
+    schema["required"] = sorted({*schema.get("required", ()), *names})
+
+
+def _only_null(description: str) -> Callable[[Schema], Schema]:
+    def change(prop: Schema) -> Schema:
+        return {"type": "null", "default": None, "description": description}
+    return change
+
+
+def _only_false(prop: Schema) -> Schema:
+    return {"const": False, "default": False, "description": "Beam search is not supported."}
+
+
+def _chat_request(s: Schema) -> None:
+    _prop(s, "messages", _non_empty)  # session.render.template: "messages must contain at least one message"
+    # Renderer: a request's own chat template needs --trust-request-chat-template, which tokenwire
+    # does not offer; beam search is refused.
+    _prop(s, "chat_template", _only_null("Refused: this server does not trust request chat templates."))
+    _prop(s, "use_beam_search", _only_false)
+
+
+def _messages_request(s: Schema) -> None:
+    _prop(s, "messages", _non_empty)  # the same rule for Anthropic bodies
+
+
+def _completion_request(s: Schema) -> None:
+    # CompletionRequest._has_prompt and Renderer.render_completion: a prompt is required (non-empty),
+    # and prompt_embeds are refused.
+    _prop(s, "prompt", lambda p: _non_empty(_not_null(p)))
+    _require(s, "prompt")
+    _prop(s, "prompt_embeds", _only_null("Not supported by tokenwire: send text or token ids."))
+    _prop(s, "suffix", _only_null("suffix is not supported."))
+    _prop(s, "use_beam_search", _only_false)
+
+
+def _derender_completion_request(s: Schema) -> None:
+    _prop(s, "generate_responses", _non_empty)  # DerenderService.completion
+
+
+def _generate_stream_response(s: Schema) -> None:
+    # DerenderService._usage_only: a chunk without choices is the usage-only chunk, so it has usage.
+    s["anyOf"] = [{"properties": {"choices": {"minItems": 1}}},
+                  {"properties": {"usage": {"type": "object"}}, "required": ["usage"]}]
+
+
+def _generate_request(s: Schema) -> None:
+    _prop(s, "features", _only_null("Multimodal features are not supported by this engine."))
+
+
+REFINEMENTS: dict[str, Callable[[Schema], None]] = {
+    "ChatCompletionRequest": _chat_request,
+    "MessagesRequest": _messages_request,
+    "CompletionRequest": _completion_request,
+    "DerenderCompletionRequest": _derender_completion_request,
+    "GenerateStreamResponse": _generate_stream_response,
+    "GenerateRequest": _generate_request,
+}
+
+
+def _schema(model: Any, defs: dict[str, Any]) -> Schema:
+    """The JSON schema of ``model``, with every named model (``model`` too) in ``defs``."""
     schema = TypeAdapter(model).json_schema(ref_template="#/components/schemas/{model}")
     defs.update(schema.pop("$defs", {}))
+    name = getattr(model, "__name__", None)
+    if schema.get("type") == "object" and name and schema.get("title") == name:
+        defs[name] = schema
+        return {"$ref": f"#/components/schemas/{name}"}
     return schema
+
+
+def _refine(defs: dict[str, Any]) -> None:
+    for name, refine in REFINEMENTS.items():
+        if name in defs:
+            defs[name] = copy.deepcopy(defs[name])
+            refine(defs[name])
+
+
+def _error_ref(route: Route) -> Schema:
+    name = "AnthropicError" if route.path.startswith("/v1/messages") else "Error"
+    return {"$ref": f"#/components/schemas/{name}"}
 
 
 def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
     paths: dict[str, Any] = {}
-    defs: dict[str, Any] = {"Error": _ERROR_SCHEMA}
+    defs: dict[str, Any] = {"Error": _OPENAI_ERROR, "AnthropicError": _ANTHROPIC_ERROR}
     for route in routes:
         for method in route.methods:
             op: dict[str, Any] = {
@@ -42,24 +184,28 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
                 "operationId": f"{method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
                 "tags": list(route.tags or (route.group.value,)),
                 "responses": {
-                    "default": {
-                        "description": "Error",
-                        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}},
-                    }
+                    "default": {"description": "Error",
+                                "content": {"application/json": {"schema": _error_ref(route)}}},
                 },
             }
             ok: dict[str, Any] = {"description": "OK"}
             if route.response_model is not None:
                 ok["content"] = {"application/json": {"schema": _schema(route.response_model, defs)}}
             if route.streams:
-                ok.setdefault("content", {})["text/event-stream"] = {"schema": {"type": "string"}}
+                ok.setdefault("content", {})["text/event-stream"] = {"schema": {"$ref": "#/components/schemas/SSEEvent"}}
+                defs["SSEEvent"] = _SSE_EVENT
             op["responses"]["200"] = ok
+            for status, description, model in route.responses:
+                op["responses"][str(status)] = {
+                    "description": description,
+                    "content": {"application/json": {"schema": _schema(model, defs)}}}
             if route.request_model is not None and method in ("POST", "PUT", "PATCH"):
                 op["requestBody"] = {
                     "required": True,
                     "content": {"application/json": {"schema": _schema(route.request_model, defs)}},
                 }
             paths.setdefault(route.path, {})[method.lower()] = op
+    _refine(defs)
     return {
         "openapi": "3.1.0",
         "info": {"title": "tokenwire", "version": version},

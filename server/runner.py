@@ -29,6 +29,15 @@ def bind(host: str, port: int) -> socket.socket:
     return sock
 
 
+def quiet_client_utf8_errors(record: logging.LogRecord) -> bool:
+    """uvicorn logs a client's invalid UTF-8 text message with a traceback (and closes 1007): a client
+    could flood the log with tracebacks. Keep one warning line, without the traceback."""
+    if record.msg == "Invalid UTF-8 sequence received from client." and record.exc_info:
+        record.exc_info, record.exc_text = None, None
+        record.levelno, record.levelname = logging.WARNING, "WARNING"
+    return True
+
+
 def run(settings: Settings, gating: Gating) -> int:
     ctx = build_context(settings, gating)
     app = create_app(ctx)
@@ -40,6 +49,7 @@ def run(settings: Settings, gating: Gating) -> int:
                             ws_max_size=settings.ws_max_frame_bytes,
                             ws_per_message_deflate=settings.ws_per_message_deflate,
                             timeout_graceful_shutdown=10, access_log=settings.log_level == "debug")
+    logging.getLogger("uvicorn.error").addFilter(quiet_client_utf8_errors)
     server = uvicorn.Server(config)
     log.info("tokenwire %s on %s (model %s)", settings.mode.value, app.state.listen_url,
              settings.served_model_name)

@@ -12,6 +12,7 @@ Nothing here does I/O.
 
 from __future__ import annotations
 
+import json
 from typing import Annotated, Any, Literal
 
 import orjson
@@ -194,19 +195,27 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
 
 
 def _classify(data: bytes | str, exc: ValidationError) -> Exception:
+    lone_surrogates = False
     try:
         raw = orjson.loads(data)
     except orjson.JSONDecodeError:
-        return FatalFrameError(CLOSE_INVALID_DATA, "frame is not valid JSON")
+        # Valid JSON whose strings escape unpaired UTF-16 surrogates ("\ud83d": what a browser's
+        # JSON.stringify writes for half an emoji) is refused as a frame, not as a broken connection.
+        raw = _loads_with_lone_surrogates(data)
+        if raw is None:
+            return FatalFrameError(CLOSE_INVALID_DATA, "frame is not valid JSON")
+        lone_surrogates = True
     if not isinstance(raw, dict):
         return FatalFrameError(CLOSE_PROTOCOL_ERROR, "frame is not a JSON object")
     kind = raw.get("type")
     if not isinstance(kind, str):
         return FatalFrameError(CLOSE_PROTOCOL_ERROR, "frame has no string 'type'")
-    event_id = raw.get("event_id")
-    event_id = event_id if isinstance(event_id, str) and len(event_id) <= MAX_ID_CHARS else None
-    request_id = raw.get("id")
-    request_id = request_id if isinstance(request_id, str) and 0 < len(request_id) <= MAX_ID_CHARS else None
+    event_id = _echoable(raw.get("event_id"), 0)
+    request_id = _echoable(raw.get("id"), 1)
+    if lone_surrogates:
+        return FrameError("invalid_frame", "Invalid frame: a string holds an unpaired UTF-16 surrogate escape "
+                          "(such as \\ud83d without its pair); send well-formed Unicode text.",
+                          event_id=event_id, request_id=request_id)
     if kind not in CLIENT_FRAME_TYPES:
         return FrameError("unknown_type", f"Unknown frame type {kind[:64]!r}; this server speaks protocol "
                           f"version {PROTOCOL_VERSION} (types: {', '.join(CLIENT_FRAME_TYPES)}).",
@@ -214,6 +223,30 @@ def _classify(data: bytes | str, exc: ValidationError) -> Exception:
     message, param = describe(exc)
     return FrameError("invalid_frame", f"Invalid {kind} frame: {message}", event_id=event_id,
                       request_id=request_id, param=param)
+
+
+def _loads_with_lone_surrogates(data: bytes | str) -> Any:
+    """``data`` as JSON by the stdlib parser, which (unlike orjson) keeps unpaired surrogate escapes;
+    ``None`` when it is not JSON for another reason (NaN and Infinity are not JSON either)."""
+    def refuse(constant: str) -> Any:
+        raise ValueError(constant)
+
+    try:
+        return json.loads(data, parse_constant=refuse)
+    except (ValueError, RecursionError):
+        return None
+
+
+def _echoable(value: Any, min_chars: int) -> str | None:
+    """An ``id`` / ``event_id`` that an error frame may echo: a string of the allowed length that
+    encodes as UTF-8 (no unpaired surrogates)."""
+    if not isinstance(value, str) or not min_chars <= len(value) <= MAX_ID_CHARS:
+        return None
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        return None
+    return value
 
 
 def describe(exc: ValidationError, *, prefix: str = "") -> tuple[str, str | None]:

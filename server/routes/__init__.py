@@ -27,3 +27,4 @@ class Route:
     response_model: Any = None  # the JSON answer's model
     streams: bool = False  # answers text/event-stream when the body says stream: true
     tags: tuple[str, ...] = ()
+    responses: tuple[tuple[int, str, Any], ...] = ()  # other JSON answers: (status, description, model)

@@ -92,7 +92,8 @@ async def openapi(request: Request) -> Response:
 def routes() -> list[Route]:
     g = RouteGroup.ALWAYS
     return [
-        Route("/health", health, g, ("GET",), "Liveness and engine health", response_model=HealthResponse),
+        Route("/health", health, g, ("GET",), "Liveness and engine health", response_model=HealthResponse,
+              responses=((503, "The engine is unhealthy (status degraded)", HealthResponse),)),
         Route("/v1/models", models, g, ("GET",), "The served model (OpenAI shape)", response_model=ModelList),
         Route("/version", version, g, ("GET",), "tokenwire version", response_model=VersionResponse),
         Route("/openapi.json", openapi, g, ("GET",), "This document"),

@@ -148,3 +148,28 @@ def test_the_state_ledger_is_bounded_and_forgets_the_least_recent_stream() -> No
     ledger.consume(StateTag("b", 1))  # b was forgotten: accepted as a new stream
     with pytest.raises(OutOfOrder):
         ledger.consume(StateTag("c", 1))
+
+
+# -- found by the WebSocket fuzzing (docs/reliability.md) -----------------------------------------
+@pytest.mark.parametrize("text", [
+    '{"type": "ping", "event_id": "\\ud800"}',
+    '{"type": "chat", "id": "a", "body": {"messages": [{"role": "user", "content": "half \\ud83d"}]}}',
+    '{"type": "bogus", "x": "\\udfff"}',
+])
+def test_unpaired_surrogate_escapes_are_a_frame_error_not_a_broken_connection(text: str) -> None:
+    with pytest.raises(f.FrameError) as info:
+        f.decode_client_frame(text)
+    assert info.value.code == "invalid_frame" and "surrogate" in info.value.message
+
+
+def test_a_frame_error_never_echoes_an_id_that_cannot_be_encoded() -> None:
+    with pytest.raises(f.FrameError) as info:
+        f.decode_client_frame('{"type": "cancel", "id": "\\udfff", "event_id": "e\\ud800"}')
+    assert (info.value.request_id, info.value.event_id) == (None, None)
+
+
+@pytest.mark.parametrize("text", ["NaN", '{"type": Infinity}', "[" * 5000 + "]" * 5000])
+def test_non_json_constants_and_runaway_nesting_stay_fatal(text: str) -> None:
+    with pytest.raises(f.FatalFrameError) as info:
+        f.decode_client_frame(text)
+    assert info.value.code == 1007

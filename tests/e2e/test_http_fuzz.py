@@ -1,0 +1,88 @@
+"""HTTP fuzzing with schemathesis against ``/openapi.json`` of real servers, one per mode.
+
+For every operation the document lists, the schemathesis CLI runs its examples, coverage and
+fuzzing phases (schema-valid and schema-invalid bodies, boundary values, unexpected methods) and
+checks that
+
+- no answer is a 5xx (``not_a_server_error``);
+- every 4xx carries its API's error envelope (``error_envelope``, ``tests/support/fuzz_checks.py``);
+- answers match the document: status codes, content types, JSON bodies, each SSE event, and a
+  405 lists the allowed methods;
+- a body the document calls valid is accepted (``accepts_valid_data``: schemathesis'
+  ``positive_data_acceptance`` less the model-dependent and cross-field rules, which answer 400
+  naming the field).
+
+Schema-*invalid* bodies that pydantic's lax mode coerces (``"5"`` or ``false`` for an integer, as
+vLLM's FastAPI server also accepts) are not failures: the document states the canonical types, so
+schemathesis' ``negative_data_rejection`` is not run.
+
+Bounded for CI: ``TOKENWIRE_FUZZ_EXAMPLES`` (default 10) examples per operation and phase, and
+``TOKENWIRE_FUZZ_SECONDS`` (default 0: no time budget, the fuzzing phase stops after its
+examples) per mode; ``bench/http_fuzz.py`` runs the long form.
+(The schemathesis pytest plugin's lazy fixtures do not run under pytest 9, hence the CLI.)
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.support.server_proc import ServerProcess, merged_env
+
+pytestmark = pytest.mark.slow
+
+ROOT = Path(__file__).resolve().parents[2]
+EXAMPLES = int(os.environ.get("TOKENWIRE_FUZZ_EXAMPLES", "10"))
+SECONDS = int(os.environ.get("TOKENWIRE_FUZZ_SECONDS", "0"))  # 0: bounded by examples only
+TINY = "tiny-qwen3"
+CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,"
+          "unsupported_method,allow_header_conformance,error_envelope,accepts_valid_data")
+
+# Per mode, the CLI arguments. A short context keeps every generated request cheap for the engine.
+MODES: dict[str, Callable[[Callable[[str], Path]], list[str]]] = {
+    "render": lambda a: ["launch", "render", str(a("qwen3"))],
+    "tokens-only": lambda a: ["serve", str(a(TINY)), "--tokens-only", "--dtype", "float32",
+                              "--max-model-len", "256"],
+    "serve-scale-out": lambda a: ["serve", str(a(TINY)), "--enable-scale-out", "--dtype", "float32",
+                                  "--max-model-len", "256"],
+}
+
+
+def run_schemathesis(url: str, *, examples: int, seconds: int, seed: int | None = None,
+                     timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """The schemathesis CLI against ``url``'s document with tokenwire's checks."""
+    args = [sys.executable, "-m", "schemathesis.cli", "run", url + "/openapi.json", "--checks", CHECKS,
+            "--max-examples", str(examples), "--workers", "1",
+            "--phases", "examples,coverage,fuzzing", "--request-timeout", "60", "--continue-on-failure",
+            "--suppress-health-check", "all", "--no-color"]
+    if seconds:  # fuzzing repeats until the time is spent
+        args += ["--max-time", str(seconds)]
+    if seed is not None:
+        args += ["--seed", str(seed)]
+    env = merged_env({"SCHEMATHESIS_HOOKS": "tests.support.fuzz_checks", "PYTHONPATH": str(ROOT)})
+    return subprocess.run(args, cwd=ROOT, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+def generated_cases(output: str) -> int:
+    match = re.search(r"(\d+) generated", output)
+    return int(match.group(1)) if match else 0
+
+
+@pytest.fixture(scope="module", params=list(MODES))
+def fuzz_server(request: pytest.FixtureRequest, asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
+    with ServerProcess(MODES[request.param](asset), startup_timeout=180) as srv:
+        yield srv
+
+
+def test_every_operation_keeps_its_contract_under_generated_input(fuzz_server: ServerProcess) -> None:
+    result = run_schemathesis(fuzz_server.url, examples=EXAMPLES, seconds=SECONDS, seed=20240917)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-12000:]
+    assert generated_cases(output) > 50, output[-3000:]
+    assert fuzz_server.proc is not None and fuzz_server.proc.poll() is None  # still serving
