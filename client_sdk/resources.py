@@ -70,6 +70,9 @@ class Requester:
                     "Resumable messages streams are not supported: the server's checkpoints do not carry "
                     "the Anthropic event state, so a resumed stream would start a new message. Resume "
                     "chat or completion streams, or set resumable=False.")
+            if asked and self.transport.kind == "http":
+                raise errors.UnsupportedError("Resumable streams need a WebSocket session; the HTTP endpoints "
+                                              "send no checkpoints.")
             return asked
         if kind == "messages" or self.transport.kind == "http":
             return False
