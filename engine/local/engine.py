@@ -262,10 +262,14 @@ class LocalEngine(Engine):
                 self._step(out)
             with self._cv:
                 self._sched_waiting = len(sched.waiting)
-            self._live = sched.live_sequences
-            if self._live == 0:
+            live = sched.live_sequences
+            if live == 0:  # idle: give all KV memory back
                 self.runner.apply(sched.take_ops())
                 self.runner.release()
+            elif live < self._live:  # sequences left: shrink the buffers if they are far too big
+                self.runner.apply(sched.take_ops())
+                self.runner.fit(live, sched.kv_need())
+            self._live = live
             if out:
                 try:
                     loop.call_soon_threadsafe(self._deliver, out)

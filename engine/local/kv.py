@@ -7,7 +7,8 @@ sequences still prefilling right after them), so a decode step attends to the pl
 ``buffer[:d, :, :T]`` — no gather, no concatenation — and a finished sequence frees its row by
 moving the last row into its place (one copy of that row's tokens).
 
-Both dimensions grow on demand (doubling, capped), so memory follows the live working set.
+Both dimensions grow on demand (doubling, capped) and shrink again when the live sequences need
+a quarter or less (:meth:`KVStore.shrink_to`), so memory follows the live working set.
 
 :class:`StepCache` is the object handed to a transformers model as ``past_key_values`` for one
 forward: a duck-typed ``Cache`` whose ``update(k, v, layer_idx)`` writes this step's keys and
@@ -49,8 +50,9 @@ class KVStore:
         self.max_rows = max_rows
         self.max_len = max_len
         self.dtype = dtype
-        self.rows = min(initial_rows, max_rows)
-        self.capacity = min(initial_len, max_len)
+        self.initial_rows = min(initial_rows, max_rows)
+        self.initial_len = min(initial_len, max_len)
+        self.rows, self.capacity = self.initial_rows, self.initial_len
         self.keys: list[torch.Tensor | None] = [None] * num_layers
         self.values: list[torch.Tensor | None] = [None] * num_layers
 
@@ -66,10 +68,27 @@ class KVStore:
             new_cap = min(new_cap * 2, self.max_len)
         if (new_rows, new_cap) == (self.rows, self.capacity):
             return
+        self._resize(new_rows, new_cap)
+
+    def shrink_to(self, rows: int, length: int) -> bool:
+        """Give memory back when the live set needs at most a quarter of a dimension (the
+        hysteresis keeps a workload near a boundary from reallocating every step). Keeps the
+        first ``rows`` rows and ``length`` positions. Returns whether anything was reallocated."""
+        new_rows, new_cap = self.rows, self.capacity
+        while new_rows > self.initial_rows and new_rows >= 4 * max(rows, 1):
+            new_rows //= 2
+        while new_cap > self.initial_len and new_cap >= 4 * max(length, 1):
+            new_cap //= 2
+        if (new_rows, new_cap) == (self.rows, self.capacity):
+            return False
+        self._resize(new_rows, new_cap)
+        return True
+
+    def _resize(self, rows: int, capacity: int) -> None:
         for i in range(self.num_layers):
-            self.keys[i] = _regrow(self.keys[i], new_rows, new_cap)
-            self.values[i] = _regrow(self.values[i], new_rows, new_cap)
-        self.rows, self.capacity = new_rows, new_cap
+            self.keys[i] = _resized(self.keys[i], rows, capacity)
+            self.values[i] = _resized(self.values[i], rows, capacity)
+        self.rows, self.capacity = rows, capacity
 
     def release_memory(self) -> None:
         """Drop all buffers (when the engine goes idle they are rebuilt small on next use)."""
@@ -127,11 +146,12 @@ class KVStore:
         return kb, vb
 
 
-def _regrow(buf: torch.Tensor | None, rows: int, capacity: int) -> torch.Tensor | None:
+def _resized(buf: torch.Tensor | None, rows: int, capacity: int) -> torch.Tensor | None:
     if buf is None:
         return None
     out = torch.zeros((rows, buf.shape[1], capacity, buf.shape[3]), dtype=buf.dtype)
-    out[: buf.shape[0], :, : buf.shape[2]].copy_(buf)
+    r, c = min(rows, buf.shape[0]), min(capacity, buf.shape[2])
+    out[:r, :, :c].copy_(buf[:r, :, :c])
     return out
 
 

@@ -106,6 +106,12 @@ class ModelRunner:
             else:
                 self.kv.swap_rows(op.src, op.dst, op.length, op.length)
 
+    def fit(self, rows: int, length: int) -> None:
+        """Shrink the KV buffers towards what ``rows`` live sequences of at most ``length``
+        positions need (called after sequences finish)."""
+        if self.kv is not None:
+            self.kv.shrink_to(rows, length)
+
     def release(self) -> None:
         """Give the KV memory back (called when no sequence is live)."""
         if self.kv is not None:

@@ -147,6 +147,11 @@ class Scheduler:
         """Sequences holding a KV row."""
         return len(self.decoding) + len(self.prefilling)
 
+    def kv_need(self) -> int:
+        """Positions the live sequences need in the KV store right now."""
+        need = [s.computed + 1 for s in self.decoding] + [len(s.prompt) for s in self.prefilling]
+        return max(need, default=0)
+
     @property
     def running_groups(self) -> int:
         return len(self.groups) - len(self.waiting)

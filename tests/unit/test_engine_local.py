@@ -126,6 +126,7 @@ def test_leaving_the_iteration_early_aborts_and_frees_memory(h: EngineHarness, p
     assert h.call(main) == 2
     assert h.wait_idle() == 0
     assert h.engine.stats()["running"] == 0
+    assert h.engine.stats()["kv_cache_bytes"] == 0  # idle: the KV buffers are given back
 
 
 def test_abort_by_id_ends_the_stream_with_abort(h: EngineHarness, prompt: list[int]) -> None:
