@@ -2,7 +2,8 @@
 
 - ``session`` never imports asyncio / anyio / torch / ``server`` (it may use ``engine.protocol``);
 - ``engine`` never imports ``session``, ``server`` or ``client_sdk``; only ``engine/local`` imports torch;
-- ``client_sdk`` imports neither torch, transformers, ``engine.local`` nor ``server``;
+- ``client_sdk`` imports neither torch, transformers, ``engine.local`` nor ``server``, not even
+  transitively (checked in a subprocess);
 - only ``server/pipeline.py`` chains render and derender;
 - importing the server for ``launch render`` never imports torch (checked in a subprocess).
 """
@@ -115,3 +116,13 @@ def test_cli_module_alone_does_not_import_transformers_or_torch() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+def test_importing_client_sdk_loads_neither_torch_nor_transformers() -> None:
+    # Transitively too: the session modules the client uses (frames, protocol models, settings)
+    # must stay free of both.
+    code = ("import sys, client_sdk, client_sdk.sync, client_sdk.http_fallback, client_sdk.connection\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'tokenizers', 'engine.local') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
