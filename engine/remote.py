@@ -7,7 +7,8 @@ llm-d, Dynamo…). No torch.
   one has ``finished=True`` and the usage. A remote that answers plain JSON instead is accepted too.
 - Leaving the iteration early closes the stream and posts ``/abort_requests`` for the id (vLLM
   0.32 also serves ``/inference/v1/abort_requests``; we fall back to it on a 404).
-- Failures are :mod:`engine.errors` values with messages for the client, never exception text:
+- Failures are :mod:`engine.errors` values with messages for the client, never exception text nor
+  the engine's address (logged instead):
   unreachable or failing remote → :class:`EngineUnavailable` (502); no answer within the connect or
   read timeout → :class:`EngineTimeout` (504); a 400 from the remote → :class:`InvalidGenerateRequest`
   with the remote's message; a 503 → :class:`EngineOverloaded`; an answer that is not the vLLM
@@ -146,11 +147,11 @@ class RemoteEngine(Engine):
             raise InvalidGenerateRequest(message or "The remote engine rejected the request.",
                                          param=_error_param(body))
         if status == 404:
-            raise EngineUnavailable(f"The remote engine at {self.base_url} does not serve this request "
-                                    f"(HTTP 404{': ' + message if message else ''}).")
+            raise self._logged(EngineUnavailable(f"The remote engine does not serve this request "
+                                                 f"(HTTP 404{': ' + message if message else ''})."))
         if status in (429, 503):
             raise EngineOverloaded(message or "The remote engine is overloaded; retry later.")
-        raise EngineUnavailable(f"The remote engine at {self.base_url} failed (HTTP {status}).")
+        raise self._logged(EngineUnavailable(f"The remote engine failed (HTTP {status})."))
 
     async def _read(self, response: httpx.Response, limit: int = 64 * 1024 * 1024) -> bytes:
         data = bytearray()
@@ -165,18 +166,21 @@ class RemoteEngine(Engine):
 
     def _transport_error(self, exc: httpx.HTTPError) -> EngineError:
         if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
-            return EngineTimeout(f"The remote engine at {self.base_url} did not accept a connection within "
-                                 f"{self.connect_timeout:g} s.")
+            return self._logged(EngineTimeout(f"The remote engine did not accept a connection within "
+                                              f"{self.connect_timeout:g} s."))
         if isinstance(exc, httpx.TimeoutException):
-            return EngineTimeout(f"The remote engine at {self.base_url} did not answer within "
-                                 f"{self.read_timeout:g} s.")
+            return self._logged(EngineTimeout(f"The remote engine did not answer within {self.read_timeout:g} s."))
         if isinstance(exc, httpx.ConnectError):
-            return EngineUnavailable(f"Cannot reach the remote engine at {self.base_url} (connection failed).")
-        return EngineUnavailable(f"The connection to the remote engine at {self.base_url} failed "
-                                 f"({_describe(exc)}).")
+            return self._logged(EngineUnavailable("Cannot reach the remote engine (connection failed)."))
+        return self._logged(EngineUnavailable(f"The connection to the remote engine failed ({_describe(exc)})."))
 
     def _garbage(self, what: str) -> EngineUnavailable:
-        return EngineUnavailable(f"The remote engine at {self.base_url} sent an invalid answer: {what}.")
+        return self._logged(EngineUnavailable(f"The remote engine sent an invalid answer: {what}."))
+
+    def _logged(self, err: EngineError) -> Any:
+        """Clients are told what failed, not where: the engine's address is internal and goes to the log."""
+        log.warning("remote engine %s: %s", self.base_url, err.message)
+        return err
 
     async def _abort_quietly(self, request_ids: list[str]) -> None:
         import anyio

@@ -46,6 +46,9 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
     p.add_argument("--engine-url", default=None,
                    help="URL of a vLLM-compatible tokens-only engine for full pipelines"
                    if render else "URL of a remote tokens-only engine to use instead of the local one")
+    p.add_argument("--engine-timeout", type=float, default=300.0,
+                   help="seconds a remote engine (--engine-url) may go without answering before the request "
+                        "fails with 504 (default 300)")
     p.add_argument("--enable-scale-out", action="store_true",
                    help="expose the scale-out endpoints (same as TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS=1)")
     p.add_argument("--allowed-origin", action="append", default=None,
@@ -120,6 +123,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             template = path.read_text()
         except OSError as exc:
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
+    if args.engine_timeout <= 0:
+        raise ValueError("--engine-timeout must be a positive number of seconds")
     if args.enable_auto_tool_choice and not args.tool_call_parser:
         raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
     keys = tuple(args.api_key or ()) or tuple(k for k in [environ.get("TOKENWIRE_API_KEY")] if k)
@@ -142,6 +147,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         api_keys=keys,
         state_secret=secret.encode() if secret else None,
         engine_url=args.engine_url,
+        engine_timeout=args.engine_timeout,
         enable_scale_out=args.enable_scale_out,
         log_level=args.log_level,
         allowed_origins=tuple(args.allowed_origin or ()),

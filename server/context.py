@@ -109,7 +109,7 @@ def create_engine(settings: Settings, max_model_len: int) -> Engine | None:
         from engine.remote import RemoteEngine
 
         return RemoteEngine(settings.engine_url, model_name=settings.served_model_name,
-                            max_model_len=max_model_len)
+                            max_model_len=max_model_len, read_timeout=settings.engine_timeout)
     if settings.needs_local_engine:
         from engine.local import LocalEngine  # the only place the server pulls in torch
 

@@ -39,6 +39,7 @@ class Settings:
     api_keys: tuple[str, ...] = ()
     state_secret: bytes | None = None
     engine_url: str | None = None
+    engine_timeout: float = 300.0  # seconds a remote engine may take to answer (--engine-timeout)
     enable_scale_out: bool = False  # the --enable-scale-out flag
     log_level: str = "info"
     # engine

@@ -136,7 +136,7 @@ def test_a_remote_that_is_down_is_a_clear_error(asset: Callable[[str], Path]) ->
 
     with pytest.raises(EngineUnavailable) as info:
         asyncio.run(main())
-    assert info.value.message == f"Cannot reach the remote engine at {dead} (connection failed)."
+    assert info.value.message == "Cannot reach the remote engine (connection failed)."
     with ServerProcess(["launch", "render", str(asset(MODEL)), "--engine-url", dead]) as render:
         health = httpx.get(render.url + "/health")
     assert health.status_code == 503
@@ -158,5 +158,5 @@ def test_a_remote_that_hangs_times_out() -> None:
 
         with pytest.raises(EngineTimeout) as info:
             asyncio.run(main())
-    assert info.value.message == f"The remote engine at {url} did not answer within 1 s."
+    assert info.value.message == "The remote engine did not answer within 1 s."
     assert info.value.status == 504

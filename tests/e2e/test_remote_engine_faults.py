@@ -1,0 +1,149 @@
+"""A remote engine that fails, behind ``tokenwire launch render --engine-url``: answers HTTP 500, sends
+garbage or the wrong shape, hangs before or mid-stream, drops the connection mid-stream, dies
+and comes back. Every failure is a clear error in each API's shape (HTTP 502 / 504 with the error
+envelope, an SSE error event once a stream has started, an ``error`` frame on a WebSocket session
+that lives on), the engine's internal address never reaches a client, ``/health`` reports the
+engine degraded while it is, and the server serves again as soon as the engine does."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+
+from tests.support.scripted_engine import ScriptedEngine
+from tests.support.server_proc import ServerProcess
+from tests.support.ws_fuzz import open_session
+
+pytestmark = pytest.mark.slow
+
+ENGINE_TIMEOUT = 2  # seconds (--engine-timeout)
+TEXT = "The weather in Paris is sunny and warm today, with a light breeze."
+CHAT = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 64}
+MESSAGES = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 64}
+
+
+@pytest.fixture(scope="module")
+def engine(tokenizer: Callable[[str], Any]) -> Iterator[ScriptedEngine]:
+    tok = tokenizer("qwen3")
+    ids = [*tok.encode(TEXT, add_special_tokens=False), tok.eos_token_id]  # "stop": the last id is the eos
+    with ScriptedEngine(ids, step=2) as scripted:
+        yield scripted
+
+
+@pytest.fixture(scope="module")
+def render(asset: Callable[[str], Path], engine: ScriptedEngine) -> Iterator[ServerProcess]:
+    args = ["launch", "render", str(asset("qwen3")), "--engine-url", engine.url,
+            "--engine-timeout", str(ENGINE_TIMEOUT)]
+    with ServerProcess(args) as srv:
+        yield srv
+
+
+@pytest.fixture
+def fault(engine: ScriptedEngine) -> Iterator[Callable[[str | None], None]]:
+    def set_fault(name: str | None) -> None:
+        engine.fault = name
+    yield set_fault
+    engine.fault = None
+
+
+def sse_data(text: str) -> list[Any]:
+    return [orjson.loads(line[6:]) if line[6:] != "[DONE]" else "[DONE]"
+            for line in text.split("\n") if line.startswith("data: ")]
+
+
+def ws_chat(srv: ServerProcess, chat: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+    """The request's frames, and whether the session still answers a ping afterwards."""
+    ws = open_session(srv.ws_url)
+    try:
+        ws.send(orjson.dumps({"type": "chat", "id": "c", "body": chat}).decode())
+        frames = []
+        while True:
+            frame = orjson.loads(ws.recv(timeout=30))
+            frames.append(frame)
+            if frame.get("id") == "c" and frame["type"] in ("chat.done", "error"):
+                break
+        ws.send(orjson.dumps({"type": "ping", "event_id": "alive"}).decode())
+        alive = orjson.loads(ws.recv(timeout=30)) == {"type": "pong", "seq": frames[-1]["seq"] + 1, "event_id": "alive"}
+        return frames, alive
+    finally:
+        ws.close()
+
+
+# fault → (HTTP status, WebSocket error code, words of the message); "mid" faults fail after a first event
+FAULTS = {
+    "status_500": (502, "engine_unavailable", "failed (HTTP 500)"),
+    "garbage": (502, "engine_unavailable", "invalid answer"),
+    "wrong_shape": (502, "engine_unavailable", "invalid answer"),
+    "hang": (504, "engine_timeout", f"did not answer within {ENGINE_TIMEOUT} s"),
+    "hang_mid_stream": (504, "engine_timeout", f"did not answer within {ENGINE_TIMEOUT} s"),
+    "die_mid_stream": (502, "engine_unavailable", "remote engine"),
+}
+
+
+@pytest.mark.parametrize("name", list(FAULTS))
+def test_a_failing_remote_engine_is_a_clear_error_on_every_api(render: ServerProcess, engine: ScriptedEngine,
+                                                                fault: Callable[[str | None], None],
+                                                                name: str) -> None:
+    status, code, words = FAULTS[name]
+    fault(name)
+    mid = name.endswith("mid_stream")
+    # OpenAI JSON and Anthropic JSON: the status and each API's envelope
+    r = httpx.post(render.url + "/v1/chat/completions", json=CHAT, timeout=30)
+    assert r.status_code == status and words in r.json()["error"]["message"], r.text
+    r = httpx.post(render.url + "/v1/messages", json=MESSAGES, timeout=30)
+    assert r.status_code == status and r.json()["type"] == "error" and words in r.json()["error"]["message"]
+    # OpenAI SSE: before the first event an HTTP error, after it an error event ending the stream
+    r = httpx.post(render.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=30)
+    if mid:
+        events = sse_data(r.text)
+        assert r.status_code == 200 and words in events[-1]["error"]["message"] and events[-1]["error"]["code"] == status
+    else:
+        assert r.status_code == status and words in r.json()["error"]["message"]
+    # WebSocket: an error frame for the request, and the session lives on
+    frames, alive = ws_chat(render, CHAT)
+    assert (frames[-1]["type"], frames[-1]["error"]["code"], frames[-1]["error"]["status"]) == ("error", code, status)
+    assert words in frames[-1]["error"]["message"] and alive
+    assert engine.url.split("//")[1] not in r.text + str(frames)  # the engine's address stays internal
+
+
+def test_a_remote_engine_that_dies_degrades_health_and_the_server_recovers_when_it_returns(
+        render: ServerProcess, engine: ScriptedEngine) -> None:
+    assert httpx.get(render.url + "/health").json()["status"] == "ok"
+    engine.stop()
+    try:
+        health = httpx.get(render.url + "/health", timeout=30)
+        assert health.status_code == 503 and health.json()["status"] == "degraded"
+        assert "unreachable" in health.json()["detail"]
+        r = httpx.post(render.url + "/v1/chat/completions", json=CHAT, timeout=30)
+        assert r.status_code == 502 and r.json()["error"]["message"] == "Cannot reach the remote engine (connection failed)."
+        frames, alive = ws_chat(render, CHAT)
+        assert frames[-1]["error"]["code"] == "engine_unavailable" and alive
+    finally:
+        engine.start()
+    deadline = time.monotonic() + 30
+    while httpx.get(render.url + "/health").status_code != 200 and time.monotonic() < deadline:
+        time.sleep(0.1)
+    r = httpx.post(render.url + "/v1/chat/completions", json=CHAT, timeout=30)
+    assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == TEXT
+    frames, alive = ws_chat(render, CHAT)
+    assert frames[-1] == {**frames[-1], "type": "chat.done", "status": "completed"} and alive
+
+
+def test_an_unhealthy_remote_engine_shows_in_health(render: ServerProcess, fault: Callable[[str | None], None]) -> None:
+    fault("unhealthy")
+    health = httpx.get(render.url + "/health", timeout=30)
+    assert health.status_code == 503 and health.json() == {**health.json(), "status": "degraded",
+                                                           "detail": "remote engine health is HTTP 503"}
+    fault(None)
+    assert httpx.get(render.url + "/health", timeout=30).status_code == 200
+
+
+def test_after_the_faults_the_render_server_logged_no_traceback(render: ServerProcess) -> None:
+    assert render.proc is not None and render.proc.poll() is None
+    assert "Traceback" not in render.output(), render.output()[-5000:]
