@@ -16,6 +16,7 @@ text exactly once.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 from collections import deque
 from collections.abc import Callable
@@ -105,8 +106,10 @@ class RequestStream:
         self._out.clear()
 
     def __del__(self) -> None:
+        # Dropped before its end (e.g. ``break`` out of ``async for``): stop it at the server.
         if not self._ended and self._handle is not None:
-            self._handle.cancel()
+            with contextlib.suppress(Exception):
+                self._handle.cancel()
 
     # -- internals ---------------------------------------------------------------------------------
     async def _receive(self) -> AnyServerFrame:

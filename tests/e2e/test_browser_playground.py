@@ -37,7 +37,7 @@ def _needs_chromium() -> None:
 
 @pytest.fixture(scope="module")
 def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    with ServerProcess(["serve", asset("tiny-qwen3"), "--enable-scale-out", "--api-key", KEY, "--dtype", "float32",
+    with ServerProcess(["serve", str(asset("tiny-qwen3")), "--enable-scale-out", "--api-key", KEY, "--dtype", "float32",
                         "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
                         "--state-secret", "browser-tests"]) as srv:
         yield srv
@@ -47,7 +47,7 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
 def tool_server(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[ServerProcess]:
     ids = tokenizer("qwen3").encode(SCRIPT, add_special_tokens=False)
     with ScriptedEngine(ids, step=1) as engine, ServerProcess(
-            ["launch", "render", asset("qwen3"), "--engine-url", engine.url, "--tool-call-parser", "hermes",
+            ["launch", "render", str(asset("qwen3")), "--engine-url", engine.url, "--tool-call-parser", "hermes",
              "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"]) as srv:
         yield srv
 
@@ -146,7 +146,7 @@ def test_the_playground_shows_reasoning_content_and_a_streamed_tool_call(tool_se
             }).observe(document.getElementById('messages'), {childList: true, subtree: true});""")
             await page.click("#send")
             await page.wait_for("document.querySelector('.msg.assistant')?.dataset.status === 'completed'")
-            shown = await page.evaluate("""({
+            shown: dict[str, Any] = await page.evaluate("""({
                 reasoning: document.querySelector('.msg.assistant .reasoning').textContent,
                 content: document.querySelector('.msg.assistant .content').textContent,
                 tool: document.querySelector('.tool .name').textContent,

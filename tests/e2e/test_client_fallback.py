@@ -22,7 +22,7 @@ from tests.support.server_proc import ServerProcess
 pytestmark = pytest.mark.slow
 
 USER = [{"role": "user", "content": "Describe a lighthouse."}]
-BODY = {"messages": USER, "max_tokens": 12, "temperature": 1.0, "seed": 9}
+BODY: dict[str, Any] = {"messages": USER, "max_tokens": 12, "temperature": 1.0, "seed": 9}
 
 
 @pytest.fixture(scope="module")
@@ -35,13 +35,14 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
 def tool_server(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[ServerProcess]:
     ids = tokenizer("qwen3").encode(TOOL_SCRIPT, add_special_tokens=False)
     with ScriptedEngine(ids, step=2) as engine, ServerProcess(
-            ["launch", "render", asset("qwen3"), "--engine-url", engine.url, "--tool-call-parser", "hermes",
+            ["launch", "render", str(asset("qwen3")), "--engine-url", engine.url, "--tool-call-parser", "hermes",
              "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"]) as srv:
         yield srv
 
 
 def test_forced_http_streams_chat_with_tools_like_the_session(tool_server: ServerProcess) -> None:
-    body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS, "max_tokens": 200}
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS,
+                            "max_tokens": 200}
 
     async def run(transport: str) -> tuple[list[Any], Any]:
         async with client_sdk.connect(tool_server.url, transport=transport) as client:  # type: ignore[arg-type]
@@ -115,12 +116,12 @@ def test_forced_http_errors_and_session_defaults(server: ServerProcess, asset: C
             settings = await client.update_session(sampling={"max_tokens": 2})
             assert settings["sampling"] == {"max_tokens": 2}
             short = await client.chat.completions.create(messages=USER)
-            assert short.usage.completion_tokens <= 2
+            assert short.usage.completion_tokens is not None and short.usage.completion_tokens <= 2
         async with client_sdk.connect(plain_url, transport="http") as plain:
             with pytest.raises(client_sdk.NotEnabledError):
                 await plain.render("chat", messages=USER)
 
-    with ServerProcess(["serve", asset("tiny-qwen3"), "--dtype", "float32"]) as plain:
+    with ServerProcess(["serve", str(asset("tiny-qwen3")), "--dtype", "float32"]) as plain:
         asyncio.run(main(plain.url))
 
 

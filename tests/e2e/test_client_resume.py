@@ -50,11 +50,13 @@ def text_of(kind: str, chunks: list[Any]) -> str:
 
 def reference(url: str, kind: str, body: dict[str, Any]) -> dict[str, Any]:
     path = "/v1/chat/completions" if kind == "chat" else "/v1/completions"
-    return httpx.post(url + path, json={k: v for k, v in body.items() if k != "stream_options"}, timeout=120).json()
+    answer: dict[str, Any] = httpx.post(url + path, json={k: v for k, v in body.items() if k != "stream_options"},
+                                        timeout=120).json()
+    return answer
 
 
 async def read_and_break(client: client_sdk.AsyncClient, kind: str, body: dict[str, Any],
-                         breaker: Callable[[], None]) -> tuple[list[Any], int]:
+                         breaker: Callable[[], object]) -> tuple[list[Any], int]:
     resource = client.chat.completions if kind == "chat" else client.completions
     stream = await resource.create(**body, stream=True, resumable=True)
     chunks: list[ChatCompletionStreamResponse | CompletionStreamResponse] = []

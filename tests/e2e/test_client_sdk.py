@@ -35,7 +35,7 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
 def tool_server(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[ServerProcess]:
     ids = tokenizer("qwen3").encode(TOOL_SCRIPT, add_special_tokens=False)
     with ScriptedEngine(ids, step=2) as engine, ServerProcess(
-            ["launch", "render", asset("qwen3"), "--engine-url", engine.url, "--tool-call-parser", "hermes",
+            ["launch", "render", str(asset("qwen3")), "--engine-url", engine.url, "--tool-call-parser", "hermes",
              "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"]) as srv:
         yield srv
 
@@ -57,7 +57,8 @@ def without_ids(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_streaming_chat_with_tools_yields_typed_chunks_and_the_http_answer(tool_server: ServerProcess) -> None:
-    body = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS, "max_tokens": 200}
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "tools": TOOLS,
+                            "max_tokens": 200}
 
     async def main() -> tuple[list[ChatCompletionStreamResponse], Any]:
         async with client_sdk.connect(tool_server.url) as client:
@@ -82,8 +83,9 @@ def test_streaming_chat_with_tools_yields_typed_chunks_and_the_http_answer(tool_
 
 
 def test_non_streaming_answers_equal_the_http_endpoints(server: ServerProcess) -> None:
-    chat, comp = chat_body(1), {"prompt": "Once upon a time", "max_tokens": 10, "seed": 5, "temperature": 1.0}
-    msgs = {"messages": USER, "max_tokens": 8, "temperature": 0}
+    chat: dict[str, Any] = chat_body(1)
+    comp: dict[str, Any] = {"prompt": "Once upon a time", "max_tokens": 10, "seed": 5, "temperature": 1.0}
+    msgs: dict[str, Any] = {"messages": USER, "max_tokens": 8, "temperature": 0}
 
     async def main() -> tuple[Any, Any, Any]:
         async with client_sdk.connect(server.url) as client:
@@ -229,7 +231,7 @@ def test_server_errors_are_typed_exceptions_and_the_session_lives_on(server: Ser
             settings = await client.update_session(sampling={"max_tokens": 3})
             assert settings["sampling"] == {"max_tokens": 3}
             short = await client.chat.completions.create(messages=USER)
-            assert short.usage.completion_tokens <= 3
+            assert short.usage.completion_tokens is not None and short.usage.completion_tokens <= 3
             with pytest.raises(client_sdk.BadRequestError):
                 await client.update_session(sampling={"temperature": -1})
 
@@ -247,7 +249,7 @@ def test_the_upgrade_refusals_are_final_typed_errors(asset: Callable[[str], Path
             with pytest.raises(client_sdk.NotEnabledError):  # plain serve: no primitive frames
                 await client.render("chat", messages=USER)
 
-    with ServerProcess(["serve", asset("tiny-qwen3"), "--dtype", "float32", "--api-key", "sekret"],
+    with ServerProcess(["serve", str(asset("tiny-qwen3")), "--dtype", "float32", "--api-key", "sekret"],
                        env={"TOKENWIRE_API_KEY": None}) as srv:
         asyncio.run(main(srv.url))
 
@@ -268,3 +270,24 @@ def test_the_sync_client_wraps_the_same_api(server: ServerProcess) -> None:
         request = client.render("chat", chat_body(4))
         steps = list(client.generate(request))
         assert sum(len(s.choices[0].token_ids or ()) for s in steps) == 12
+
+
+def test_keepalive_pings_hold_an_idle_session_open_and_a_closed_one_reopens(asset: Callable[[str], Path]) -> None:
+    async def main(url: str) -> tuple[bool, bool, str | None]:
+        async with client_sdk.connect(url, keepalive_interval=0.2) as kept, \
+                client_sdk.connect(url, keepalive_interval=0) as idle:
+            kept_id, idle_id = kept.info.session_id, idle.info.session_id
+            # The server closes the silent session (1001 idle timeout); the client reopens it.
+            for _ in range(600):
+                if idle.info.session_id != idle_id:
+                    break
+                await asyncio.sleep(0.05)
+            reopened = idle.info.session_id != idle_id
+            answer = await idle.chat.completions.create(messages=USER, max_tokens=2)
+            return reopened, kept.info.session_id == kept_id, answer.choices[0].finish_reason
+
+    with ServerProcess(["serve", str(asset("tiny-qwen3")), "--dtype", "float32", "--ws-idle-timeout", "1"]) as srv:
+        reopened, kept_same, finish = asyncio.run(main(srv.url))
+    assert reopened
+    assert kept_same  # the pinging session outlived an idle timeout
+    assert finish in ("length", "stop")
