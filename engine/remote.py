@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import AsyncIterator, Sequence
-from typing import Any
+from typing import Any, TypeVar
 
 import httpx
 import orjson
@@ -41,6 +41,8 @@ log = logging.getLogger("tokenwire.remote")
 GENERATE_PATH = "/inference/v1/generate"
 ABORT_PATHS = ("/abort_requests", "/inference/v1/abort_requests")
 MAX_ERROR_MESSAGE = 500
+
+_E = TypeVar("_E", bound=EngineError)
 
 
 class RemoteEngine(Engine):
@@ -177,7 +179,7 @@ class RemoteEngine(Engine):
     def _garbage(self, what: str) -> EngineUnavailable:
         return self._logged(EngineUnavailable(f"The remote engine sent an invalid answer: {what}."))
 
-    def _logged(self, err: EngineError) -> Any:
+    def _logged(self, err: _E) -> _E:
         """Clients are told what failed, not where: the engine's address is internal and goes to the log."""
         log.warning("remote engine %s: %s", self.base_url, err.message)
         return err
