@@ -58,6 +58,9 @@ class ResolvedParams:
     logprobs: int | None = None
     # all ids that end generation (for min_tokens masking)
     all_stop_ids: frozenset[int] = field(default=frozenset())
+    # the last ``output_offset`` prompt ids are earlier output of a resumed generation: the
+    # presence / frequency penalties count them as output (``extra_args.output_offset``)
+    output_offset: int = 0
 
     @property
     def greedy(self) -> bool:
@@ -184,6 +187,10 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
     if eos is not None and not sp.ignore_eos:
         all_stop.add(eos)
     greedy = sp.temperature < 1e-5
+    offset = (sp.extra_args or {}).get("output_offset", 0)
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < len(prompt):
+        raise _bad(f"sampling_params.extra_args.output_offset must be an integer in [0, {len(prompt)}) "
+                   "(how many trailing prompt ids are earlier output).", "sampling_params.extra_args.output_offset")
     return prompt, ResolvedParams(
         n=sp.n,
         temperature=0.0 if greedy else float(sp.temperature),
@@ -203,6 +210,7 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
         allowed_token_ids=allowed,
         logprobs=sp.logprobs,
         all_stop_ids=frozenset(all_stop),
+        output_offset=offset,
     )
 
 

@@ -113,8 +113,11 @@ def _process(raw: torch.Tensor, rows: list[SampleRow]) -> torch.Tensor:
 def _penalize(x: torch.Tensor, row: SampleRow) -> None:
     p = row.params
     vocab = x.shape[-1]
-    out_counts = (torch.bincount(torch.tensor(row.output, dtype=torch.long), minlength=vocab)[:vocab]
-                  if row.output else torch.zeros(vocab, dtype=torch.long))
+    output = row.output
+    if p.output_offset:  # a resumed generation: its earlier output sits at the end of the prompt
+        output = [*row.prompt[len(row.prompt) - p.output_offset:], *row.output]
+    out_counts = (torch.bincount(torch.tensor(output, dtype=torch.long), minlength=vocab)[:vocab]
+                  if output else torch.zeros(vocab, dtype=torch.long))
     if p.repetition_penalty != 1.0:
         seen = out_counts > 0
         seen[torch.tensor(row.prompt, dtype=torch.long)] = True

@@ -57,6 +57,26 @@ def test_resumed_generation_continues_exactly(h: EngineHarness, prompt: list[int
     assert full[:k] + rest == full
 
 
+@pytest.mark.parametrize("k", [1, 4, 7])
+def test_resumed_generation_with_penalties_continues_exactly_given_output_offset(
+        h: EngineHarness, prompt: list[int], k: int) -> None:
+    # Presence / frequency penalties count output tokens only: a resumed generation says how many
+    # trailing prompt ids are earlier output, so the penalties see the same history. Greedy, so
+    # the check is exact (a sampled draw can flip at a CDF boundary between the prefill and the
+    # decode computation of the same logits).
+    kw: dict[str, Any] = {"temperature": 0.0, "presence_penalty": 1.5, "frequency_penalty": 1.0}
+    full = h.run(request(prompt, max_tokens=16, **kw))[0].ids
+    rest = h.run(request(prompt + full[:k], max_tokens=16 - k, extra_args={"output_offset": k}, **kw))[0].ids
+    assert full[:k] + rest == full
+    without = h.run(request(prompt + full[:k], max_tokens=16 - k, **kw))[0].ids
+    assert full[:k] + without != full  # the offset is what makes the continuation exact
+
+
+def test_output_offset_outside_the_prompt_is_a_clear_error(h: EngineHarness, prompt: list[int]) -> None:
+    with pytest.raises(InvalidGenerateRequest, match="output_offset"):
+        h.run(sampled(prompt, max_tokens=2, extra_args={"output_offset": len(prompt)}))
+
+
 def test_n_choices_sample_independently_and_choice_zero_matches_n_1(h: EngineHarness, prompt: list[int]) -> None:
     res = h.run(sampled(prompt, max_tokens=10, n=3))[0]
     single = h.run(sampled(prompt, max_tokens=10))[0]
