@@ -48,10 +48,15 @@ class Encoder:
         if isinstance(backend, Tokenizer):
             entry = _COPIES.get(tokenizer)
             if entry is None:
-                rust = Tokenizer.from_str(backend.to_str())
-                rust.no_truncation()
-                rust.no_padding()
-                rust.encode_special_tokens = bool(getattr(tokenizer, "split_special_tokens", False))
+                split = bool(getattr(tokenizer, "split_special_tokens", False))
+                if backend.truncation is None and backend.padding is None and backend.encode_special_tokens == split:
+                    rust = backend  # already configured as render needs: no copy (a copy of a
+                    # 150k-entry vocabulary costs seconds of start-up)
+                else:
+                    rust = Tokenizer.from_str(backend.to_str())
+                    rust.no_truncation()
+                    rust.no_padding()
+                    rust.encode_special_tokens = split
                 entry = _COPIES[tokenizer] = (rust, plan_for(rust), _longest_token(rust.get_vocab()))
             self._rust, plan, self.max_chars_per_token = entry
             self._segments = SegmentCache(self._rust, plan) if plan is not None else None
