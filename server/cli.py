@@ -63,6 +63,9 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="close a WebSocket session after this many seconds (default 86400)")
     p.add_argument("--ws-per-message-deflate", action="store_true",
                    help="offer permessage-deflate on WebSocket sessions (default off)")
+    p.add_argument("--socket-send-buffer", type=int, default=128 * 1024,
+                   help="kernel send buffer per connection in bytes (default 128 KiB; 0: kernel autotuning, "
+                        "which lets a slow reader's stale deltas pile up in megabytes of socket buffer)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default info)")
     if not render:
@@ -123,6 +126,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             template = path.read_text()
         except OSError as exc:
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
+    if args.socket_send_buffer < 0:
+        raise ValueError("--socket-send-buffer must be 0 (kernel autotuning) or a number of bytes")
     if args.engine_timeout <= 0:
         raise ValueError("--engine-timeout must be a positive number of seconds")
     if args.enable_auto_tool_choice and not args.tool_call_parser:
@@ -156,6 +161,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         ws_idle_timeout=args.ws_idle_timeout,
         ws_max_lifetime=args.ws_max_lifetime,
         ws_per_message_deflate=args.ws_per_message_deflate,
+        socket_send_buffer=args.socket_send_buffer,
         environ=environ,
         **extra,  # type: ignore[arg-type]
     )

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Awaitable
 from typing import Any, TypeVar
 
+import anyio
 import orjson
 from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
@@ -58,3 +60,37 @@ def json_response(data: Any, status: int = 200) -> Response:
         data = data.model_dump(mode="json")
     return Response(orjson.dumps(data, option=orjson.OPT_NON_STR_KEYS), status_code=status,
                     media_type="application/json")
+
+
+GONE: Any = object()  # what until_disconnect returns when the client disconnected first
+
+
+async def until_disconnect(request: Request, work: Awaitable[Any]) -> Any:
+    """Run ``work`` and return its result, or cancel it and return :data:`GONE` when the client
+    disconnects first (so a vanished client's engine work is aborted, not run to the end).
+    Exceptions of ``work`` propagate unwrapped. For answers that are not streamed: Starlette
+    notices a disconnect only while it sends a streaming body."""
+    outcome: list[tuple[bool, Any]] = []
+    async with anyio.create_task_group() as tg:
+        async def run() -> None:
+            try:
+                outcome.append((True, await work))
+            except Exception as exc:
+                outcome.append((False, exc))
+            tg.cancel_scope.cancel()
+
+        async def watch() -> None:
+            while True:
+                message = await request.receive()
+                if message["type"] == "http.disconnect":
+                    tg.cancel_scope.cancel()
+                    return
+
+        tg.start_soon(run)
+        tg.start_soon(watch)
+    if not outcome:
+        return GONE
+    ok, value = outcome[0]
+    if not ok:
+        raise value
+    return value

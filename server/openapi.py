@@ -162,11 +162,30 @@ def _schema(model: Any, defs: dict[str, Any]) -> Schema:
     return schema
 
 
+INT64 = (-(2**63), 2**63 - 1)
+
+
+def _bound_integers(node: Any) -> Any:
+    """Integers without bounds get int64's: wider ones do not fit the engine's token ids, seeds and
+    counters (and pydantic refuses integers of thousands of digits)."""
+    if isinstance(node, dict):
+        node = {k: _bound_integers(v) for k, v in node.items()}
+        if node.get("type") == "integer":
+            node.setdefault("minimum", INT64[0])
+            node.setdefault("maximum", INT64[1])
+        return node
+    if isinstance(node, list):
+        return [_bound_integers(v) for v in node]
+    return node
+
+
 def _refine(defs: dict[str, Any]) -> None:
     for name, refine in REFINEMENTS.items():
         if name in defs:
             defs[name] = copy.deepcopy(defs[name])
             refine(defs[name])
+    for name in list(defs):
+        defs[name] = _bound_integers(defs[name])
 
 
 def _error_ref(route: Route) -> Schema:

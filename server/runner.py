@@ -15,10 +15,12 @@ from server.settings import Settings
 log = logging.getLogger("tokenwire")
 
 
-def bind(host: str, port: int) -> socket.socket:
+def bind(host: str, port: int, *, send_buffer: int = 0) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    if send_buffer:  # accepted connections inherit it (Linux, BSD)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     try:
         sock.bind((host, port))
     except OSError as exc:
@@ -41,7 +43,7 @@ def quiet_client_utf8_errors(record: logging.LogRecord) -> bool:
 def run(settings: Settings, gating: Gating) -> int:
     ctx = build_context(settings, gating)
     app = create_app(ctx)
-    sock = bind(settings.host, settings.port)
+    sock = bind(settings.host, settings.port, send_buffer=settings.socket_send_buffer)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     app.state.listen_url = f"http://{url_host}:{port}"

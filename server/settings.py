@@ -54,6 +54,9 @@ class Settings:
     ws_idle_timeout: float = 300.0  # seconds without frames or requests before the server closes
     ws_max_lifetime: float = 24 * 3600.0  # seconds a session may live
     ws_per_message_deflate: bool = False  # token streams compress poorly and cost CPU
+    # Kernel send buffer per connection (0: the kernel's autotuning, up to net.ipv4.tcp_wmem's max,
+    # 4 MiB here): past it a slow reader's deltas coalesce in the session instead of queueing.
+    socket_send_buffer: int = 128 * 1024
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def with_(self, **changes: object) -> Settings:

@@ -104,8 +104,13 @@ class TokenTable:
         return self._rust.decode(ids, skip_special_tokens=skip_special_tokens)
 
     def token_bytes(self, token_id: int) -> bytes:
-        """The bytes this token contributes to the text (special tokens: their content)."""
-        b = self._bytes[token_id]
+        """The bytes this token contributes to the text (special tokens: their content). An id past
+        the tokenizer (a model's padded vocabulary, which random or undertrained weights do sample)
+        contributes nothing, as ``tokenizers`` decodes it."""
+        try:
+            b = self._bytes[token_id]
+        except IndexError:
+            return b""
         if b is None:
             b = self._compute_bytes(token_id)
             self._bytes[token_id] = b
@@ -193,7 +198,10 @@ class ByteLevelDetokenizer:
             i = ids[0]
             if i in skip:
                 return ""
-            b = table._bytes[i]
+            try:
+                b = table._bytes[i]
+            except IndexError:  # past the tokenizer: no text (see TokenTable.token_bytes)
+                return ""
             if b is None:
                 b = table.token_bytes(i)
             return self._decoder.decode(b)

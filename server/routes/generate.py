@@ -7,7 +7,7 @@ step carrying that step's new tokens, then (with ``stream_options.include_usage`
 event with ``choices: []``, then ``data: [DONE]``.
 
 A client that goes away mid-request has its generation aborted: for SSE, Starlette cancels the
-stream when the client disconnects; for JSON, :func:`_until_disconnect` watches the socket
+stream when the client disconnects; for JSON, :func:`server.http.until_disconnect` watches the socket
 while the engine works. Engine errors raised before the first token are HTTP errors (translated
 once in ``server.errors``); an error after the stream started is an SSE ``error`` event.
 
@@ -21,7 +21,6 @@ from __future__ import annotations
 import logging
 import secrets
 from collections.abc import AsyncIterator
-from typing import Any
 
 import anyio
 import orjson
@@ -42,7 +41,7 @@ from engine.protocol import (
 from server.context import ServerContext
 from server.errors import ApiError, openai_error_body, to_api_error
 from server.gating import RouteGroup
-from server.http import json_response, parse_body
+from server.http import GONE, json_response, parse_body, until_disconnect
 from server.routes import Route
 
 log = logging.getLogger("tokenwire.generate")
@@ -76,19 +75,18 @@ async def generate(request: Request) -> Response:
     if req.stream:
         # Wait for the first step before sending headers, so admission and validation errors are
         # still plain HTTP errors; a client that leaves meanwhile aborts the request.
-        first = await _until_disconnect(request, _first(outputs))
-        if first is _GONE:
+        first = await until_disconnect(request, _first(outputs))
+        if first is GONE:
             await _close(outputs)
             return Response(status_code=499)
         return StreamingResponse(_sse(outputs, first, req, response_id), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    collected = await _until_disconnect(request, _collect(outputs))
-    if collected is _GONE:  # the client left; the engine request was aborted on the way out
+    collected = await until_disconnect(request, _collect(outputs))
+    if collected is GONE:  # the client left; the engine request was aborted on the way out
         return Response(status_code=499)
     return json_response(_response(collected, req, response_id, ctx.model_name))
 
 
-_GONE: Any = object()  # what _until_disconnect returns when the client disconnected
 
 
 async def _first(outputs: AsyncIterator[EngineOutput]) -> EngineOutput | None:
@@ -116,35 +114,6 @@ async def _collect(outputs: AsyncIterator[EngineOutput]) -> list[EngineOutput]:
     finally:
         await _close(outputs)
     return out
-
-
-async def _until_disconnect(request: Request, work: Any) -> Any:
-    """Run ``work`` (a coroutine) and return its result, or cancel it and return ``_GONE`` when
-    the client disconnects first. Exceptions of ``work`` propagate unwrapped."""
-    outcome: list[tuple[bool, Any]] = []
-    async with anyio.create_task_group() as tg:
-        async def run() -> None:
-            try:
-                outcome.append((True, await work))
-            except Exception as exc:
-                outcome.append((False, exc))
-            tg.cancel_scope.cancel()
-
-        async def watch() -> None:
-            while True:
-                message = await request.receive()
-                if message["type"] == "http.disconnect":
-                    tg.cancel_scope.cancel()
-                    return
-
-        tg.start_soon(run)
-        tg.start_soon(watch)
-    if not outcome:
-        return _GONE
-    ok, value = outcome[0]
-    if not ok:
-        raise value
-    return value
 
 
 def _response(outputs: list[EngineOutput], req: GenerateRequest, response_id: str, model: str) -> GenerateResponse:

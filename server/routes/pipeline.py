@@ -9,22 +9,46 @@ engine request.
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import Any, Literal
 
 import orjson
+from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
 from server.errors import error_response
 from server.gating import RouteGroup
-from server.http import json_response, read_json
+from server.http import GONE, json_response, read_json, until_disconnect
 from server.pipeline import Kind, pipeline_of
 from server.routes import Route
 from session.anthropic_out import sse_event
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
+from session.protocol.openai_responses import ChatCompletionResponse, CompletionResponse
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class AnthropicUsage(BaseModel):
+    input_tokens: int
+    output_tokens: int
+
+
+class AnthropicMessage(BaseModel):
+    """The non-streaming ``/v1/messages`` answer (``session.anthropic_out`` builds it; this model only
+    declares its shape in the OpenAPI document). ``content`` holds ``text``, ``thinking`` and
+    ``tool_use`` blocks."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[dict[str, Any]]
+    stop_reason: str | None
+    stop_sequence: str | None
+    usage: AnthropicUsage
 
 
 async def _serve(request: Request, kind: Kind) -> Response:
@@ -33,7 +57,10 @@ async def _serve(request: Request, kind: Kind) -> Response:
     pipeline = ctx_of(request).service(pipeline_of)
     body = await read_json(request)
     if not body.get("stream"):
-        return json_response(await pipeline.complete(kind, body))
+        answer = await until_disconnect(request, pipeline.complete(kind, body))
+        if answer is GONE:  # the client left: its engine requests were aborted on the way out
+            return Response(status_code=499)
+        return json_response(answer)
     # Validate, render and admit before the first byte, so errors are plain HTTP errors.
     stream = await pipeline.open_stream(kind, body)
     flavor = "anthropic" if kind == "messages" else "openai"
@@ -77,9 +104,10 @@ def routes() -> list[Route]:
     g = RouteGroup.PIPELINE
     return [
         Route("/v1/chat/completions", chat_completions, g, summary="OpenAI chat completions (JSON or SSE)",
-              request_model=ChatCompletionRequest, streams=True, tags=("openai",)),
+              request_model=ChatCompletionRequest, response_model=ChatCompletionResponse, streams=True,
+              tags=("openai",)),
         Route("/v1/completions", completions, g, summary="OpenAI completions (JSON or SSE)",
-              request_model=CompletionRequest, streams=True, tags=("openai",)),
+              request_model=CompletionRequest, response_model=CompletionResponse, streams=True, tags=("openai",)),
         Route("/v1/messages", messages, g, summary="Anthropic messages (JSON or SSE)",
-              request_model=MessagesRequest, streams=True, tags=("anthropic",)),
+              request_model=MessagesRequest, response_model=AnthropicMessage, streams=True, tags=("anthropic",)),
     ]

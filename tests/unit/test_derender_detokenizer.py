@@ -168,3 +168,21 @@ def test_a_snapshot_for_another_kind_of_tokenizer_is_refused(tokenizer: Callable
         restore_detokenizer(table, skip_special_tokens=True, snapshot=["w", [1, 2], 1])
     with pytest.raises(ValueError):
         restore_detokenizer(table, skip_special_tokens=True, snapshot=["b", "f0f0f0f0"])
+
+
+# -- found by the HTTP fuzzing (docs/reliability.md): a tiny random model sampled an id of its padded
+# vocabulary (151680 rows) past the tokenizer (151669 tokens), and the pipeline answered 500.
+@pytest.mark.parametrize("algorithm", ["byte-level", "window"])
+def test_ids_past_the_tokenizer_decode_to_nothing_as_the_tokenizer_does(algorithm: str,
+                                                                         tokenizer: Callable[[str], Any]) -> None:
+    tok = tokenizer("qwen3")
+    rust = tok._tokenizer
+    table = token_table(tok) if algorithm == "byte-level" else TokenTable(rust, byte_level=False)
+    past = [table.vocab_size, table.vocab_size + 10]
+    ids = rust.encode("Hello 世界 🎉", add_special_tokens=False).ids
+    seq = [past[0], *ids[:2], *past, *ids[2:], past[1]]
+    for chunks in ([seq], [[t] for t in seq]):
+        det = new_detokenizer(table, skip_special_tokens=True)
+        text = "".join(det.push(c) for c in chunks) + det.flush()
+        assert text == rust.decode(seq, skip_special_tokens=True) == "Hello 世界 🎉"
+    assert table.token_bytes(table.vocab_size) == b""
