@@ -87,6 +87,7 @@ class _Prepared:
     messages: MessagesRequest | None = None
     include_usage: bool = False
     created: int = 0
+    resume_events: dict[str, Any] | None = None  # Anthropic event state of a resumed messages stream
 
 
 class Pipeline:
@@ -250,6 +251,12 @@ class Pipeline:
                              f"{count}; send the ids received up to that checkpoint.", reason="wrong_request",
                              param="resume")
         d.restore(0, snap)
+        if prep.kind == "messages":
+            events = decoded.body.get("a")
+            if not isinstance(events, dict):
+                raise StateError("the checkpoint does not carry a messages stream's event state.",
+                                 reason="wrong_request", param="resume")
+            prep.resume_events = events
         prep.created = int(decoded.body.get("t", prep.created))
         d.created = prep.created
         sp = req.sampling_params
@@ -364,10 +371,14 @@ class PipelineStream:
         prep = self.prep
         assert prep.messages is not None
         d = prep.derenderers[0]
-        ms = MessageStream(model=self.pipeline.ctx.model_name, input_tokens=len(prep.requests[0].token_ids),
-                           stop_sequences=list(prep.messages.stop_sequences or []))
-        for ev in ms.start():
-            yield StreamEvent(ev)
+        shape = {"model": self.pipeline.ctx.model_name, "input_tokens": len(prep.requests[0].token_ids) - self.offsets[0],
+                 "stop_sequences": list(prep.messages.stop_sequences or [])}
+        if prep.resume_events is not None:  # continue the interrupted event sequence
+            ms = MessageStream.restore(prep.resume_events, **shape)  # type: ignore[arg-type]
+        else:
+            ms = MessageStream(**shape)  # type: ignore[arg-type]
+            for ev in ms.start():
+                yield StreamEvent(ev)
         finish: tuple[str | None, Any] = (None, None)
         pending: list[int] = []
         async for _, out in _merge(self._runs):
@@ -382,10 +393,16 @@ class PipelineStream:
                 if choice.get("finish_reason") is not None:
                     finish = (choice["finish_reason"], choice.get("stop_reason"))
                 ids, pending = pending, []
-                checkpoint = self._checkpoint(0, c.index, ids)
-                for ev in ms.push(step.chunk):
-                    yield StreamEvent(ev, output_token_ids=ids, checkpoint=checkpoint)
-                    ids = []
+                events = ms.push(step.chunk)
+                if not events:
+                    pending = ids  # nothing to send yet: these ids ride with the next event
+                    continue
+                # The ids and the checkpoint ride on the chunk's last event: a client holding a
+                # checkpoint has received every event it covers.
+                checkpoint = self._checkpoint(0, c.index, ids, events=ms.snapshot())
+                for ev in events[:-1]:
+                    yield StreamEvent(ev)
+                yield StreamEvent(events[-1], output_token_ids=ids, checkpoint=checkpoint)
             if _finished(d):
                 await self._runs[0].aclose()
         for ev in ms.finish(finish_reason=finish[0], stop_reason=finish[1], output_tokens=d.completion_tokens):
@@ -399,13 +416,15 @@ class PipelineStream:
         completion = sum(d.completion_tokens for d in ds)
         return ds[0].usage_chunk(usage_dict(prompt, completion))
 
-    def _checkpoint(self, k: int, index: int, ids: list[int]) -> str | None:
+    def _checkpoint(self, k: int, index: int, ids: list[int], *, events: dict[str, Any] | None = None) -> str | None:
         if not self.checkpoints or k != 0 or self.prep.requests[0].sampling_params.n != 1:
             return None
         d = self.prep.derenderers[0]
         self.offsets[0] += len(ids)
-        return self.pipeline.codec.encode(self.pipeline._binding(self.prep, index), self.offsets[0],
-                                          {"t": self.prep.created, "st": d.snapshot(index), "n": self.offsets[0]})
+        body: dict[str, Any] = {"t": self.prep.created, "st": d.snapshot(index), "n": self.offsets[0]}
+        if events is not None:
+            body["a"] = events
+        return self.pipeline.codec.encode(self.pipeline._binding(self.prep, index), self.offsets[0], body)
 
 
 def d_index(d: ChatDerenderer | CompletionDerenderer, index: int) -> int:

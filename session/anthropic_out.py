@@ -102,6 +102,23 @@ class MessageStream:
         self._tool_calls = 0
         self._finished = False
 
+    def snapshot(self) -> dict[str, Any]:
+        """The event state a resumed stream needs to continue without repeating ``message_start``
+        or reopening blocks (small: ids and counters only)."""
+        return {"id": self.id, "i": self._index, "k": self._open_kind, "t": self._open_tool, "c": self._tool_calls}
+
+    @classmethod
+    def restore(cls, snap: dict[str, Any], *, model: str, input_tokens: int,
+                stop_sequences: list[str]) -> MessageStream:
+        """A stream that continues after the events ``snap`` was taken after (no ``start()``)."""
+        ms = cls(model=model, input_tokens=input_tokens, stop_sequences=stop_sequences, message_id=str(snap["id"]))
+        ms._index = int(snap["i"])
+        kind = snap.get("k")
+        ms._open_kind = kind if kind in ("text", "thinking", "tool_use") else None
+        ms._open_tool = snap.get("t") if isinstance(snap.get("t"), int) else None
+        ms._tool_calls = int(snap.get("c", 0))
+        return ms
+
     def start(self) -> list[dict[str, Any]]:
         return [{
             "type": "message_start",

@@ -202,3 +202,49 @@ def test_a_stream_cut_off_midway_resumes_on_another_replica_without_gap_or_dupli
     assert frames[-1]["type"] == "chat.done", frames[-1]
     assert covered + chat_text(frames) == want
     assert {f["stream_id"] for f in frames[:-1]} == {resume["request_id"]}
+
+
+def _message_text(frames: list[dict[str, Any]]) -> str:
+    return "".join(ev["delta"].get("text", "") for fr in frames if fr["type"] == "messages.delta"
+                   for ev in fr["events"] if ev["type"] == "content_block_delta")
+
+
+def test_a_messages_stream_resumes_on_another_replica_continuing_the_same_event_sequence(
+        server: ServerProcess, asset: Callable[[str], Path]) -> None:
+    body = {"model": "tiny-qwen3", "max_tokens": 24, "temperature": 0,
+            "messages": [{"role": "user", "content": "Tell me about lighthouses."}]}
+    reference = httpx.post(server.url + "/v1/messages", json=body, timeout=120).json()
+    want = "".join(b["text"] for b in reference["content"] if b["type"] == "text")
+
+    async def first_part() -> tuple[list[dict[str, Any]], dict[str, Any]]:
+        client = await SessionClient.open(server.ws_url)
+        await client.send(type="messages", id="m", body=body, resumable=True)
+        frames: list[dict[str, Any]] = []
+        while sum(len(f["output_token_ids"] or []) for f in frames) < 8:
+            frame = await client.next()
+            assert frame["type"] == "messages.delta"
+            frames.append(frame)
+        client.ws.transport.abort()
+        last = next(f for f in reversed(frames) if f["checkpoint"])
+        kept = frames[:frames.index(last) + 1]
+        ids = [t for f in kept for t in f["output_token_ids"] or []]
+        return kept, {"request_id": last["stream_id"], "checkpoint": last["checkpoint"], "output_token_ids": ids}
+
+    async def second_part(url: str, resume: dict[str, Any]) -> list[dict[str, Any]]:
+        client = await SessionClient.open(url)
+        await client.send(type="messages", id="m2", body=body, resume=resume)
+        frames = await client.until("m2", "messages.done")
+        await client.close()
+        return frames
+
+    kept, resume = asyncio.run(first_part())
+    with ServerProcess(serve_args(asset("tiny-qwen3"))) as replica:
+        rest = asyncio.run(second_part(replica.ws_url, resume))
+    assert rest[-1]["type"] == "messages.done", rest[-1]
+    events = [ev for fr in kept + rest if fr["type"] == "messages.delta" for ev in fr["events"]]
+    types = [ev["type"] for ev in events]
+    assert types.count("message_start") == 1 and types[0] == "message_start"
+    assert types.count("message_stop") == 1 and types[-1] == "message_stop"
+    starts = [ev["index"] for ev in events if ev["type"] == "content_block_start"]
+    assert starts == list(range(len(starts)))  # no block reopened after the resume
+    assert _message_text(kept) + _message_text(rest) == want

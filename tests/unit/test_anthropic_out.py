@@ -128,3 +128,24 @@ def test_invalid_tool_arguments_are_kept_not_dropped() -> None:
 
 def test_sse_event_framing() -> None:
     assert sse_event({"type": "message_stop"}) == b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
+
+
+def test_a_stream_restored_from_a_snapshot_continues_the_same_event_sequence() -> None:
+    chunks = [_chunk(reasoning="hmm "), _chunk(reasoning="ok"), _chunk(content="Sure."),
+              _chunk(tool_calls=[_tool(0, id="chatcmpl-tool-abc", name="f")]),
+              _chunk(tool_calls=[_tool(0, args='{"a": 1}')]), _chunk(content="after")]
+
+    def run(cut: int | None) -> list[dict[str, Any]]:
+        s = MessageStream(model="m", input_tokens=3, stop_sequences=[], message_id="msg_1")
+        events = s.start()
+        for i, chunk in enumerate(chunks):
+            if i == cut:  # the socket dropped here: continue from a snapshot taken now
+                snap = orjson.loads(orjson.dumps(s.snapshot()))
+                s = MessageStream.restore(snap, model="m", input_tokens=3, stop_sequences=[])
+            events += s.push(chunk)
+        return events + s.finish(finish_reason="stop", stop_reason=None, output_tokens=9)
+
+    whole = run(None)
+    for cut in range(len(chunks)):
+        assert run(cut) == whole
+    assert _replay(whole)["stop_reason"] == "tool_use"
