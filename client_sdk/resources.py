@@ -65,16 +65,11 @@ class Requester:
 
     def _resumable(self, kind: Kind, asked: bool | None) -> bool:
         if asked is not None:
-            if asked and kind == "messages":
-                raise errors.UnsupportedError(
-                    "Resumable messages streams are not supported: the server's checkpoints do not carry "
-                    "the Anthropic event state, so a resumed stream would start a new message. Resume "
-                    "chat or completion streams, or set resumable=False.")
             if asked and self.transport.kind == "http":
                 raise errors.UnsupportedError("Resumable streams need a WebSocket session; the HTTP endpoints "
                                               "send no checkpoints.")
             return asked
-        if kind == "messages" or self.transport.kind == "http":
+        if self.transport.kind == "http":
             return False
         return self.options.resumable or bool(self.transport.info.settings.get("resumable"))
 

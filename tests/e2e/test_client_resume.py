@@ -128,3 +128,29 @@ async def _enumerate(stream: Any) -> Any:
     async for item in stream:
         yield i, item
         i += 1
+
+
+def test_a_messages_stream_whose_socket_is_cut_resumes_as_one_event_sequence(server: ServerProcess) -> None:
+    body = {"messages": [{"role": "user", "content": "Write a long poem about rivers."}], "max_tokens": 60,
+            "temperature": 0}
+    want = httpx.post(server.url + "/v1/messages", json=body, timeout=120).json()
+
+    async def main(proxy: TcpProxy) -> tuple[list[Any], int]:
+        async with client_sdk.connect(proxy.url) as client:
+            stream = await client.messages.create(**body, stream=True, resumable=True)
+            events: list[Any] = []
+            async for event in stream:
+                events.append(event)
+                if len(events) == CUT_AFTER:
+                    await asyncio.to_thread(proxy.cut)
+            assert stream.status == "completed"
+            return events, stream.resumes
+
+    with TcpProxy(server.url) as proxy:
+        events, resumes = asyncio.run(main(proxy))
+    assert resumes == 1
+    kinds = [e["type"] if isinstance(e, dict) else e.type for e in events]
+    assert kinds.count("message_start") == 1 and kinds.count("message_stop") == 1
+    text = "".join((e if isinstance(e, dict) else e.model_dump())["delta"].get("text", "")
+                   for e, k in zip(events, kinds, strict=True) if k == "content_block_delta")
+    assert text == "".join(b["text"] for b in want["content"] if b["type"] == "text")
