@@ -26,3 +26,8 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
     "${pip[@]}" install -e ".[$extras]"
     touch "$stamp"
 fi
+# Structured outputs (the local engine): xgrammar without its triton requirement (GPU only).
+if ! .venv/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.version("xgrammar") != "0.2.9")' 2>/dev/null; then
+    echo "installing xgrammar 0.2.9…" >&2
+    "${pip[@]}" install --no-deps xgrammar==0.2.9
+fi

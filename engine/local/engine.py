@@ -27,9 +27,10 @@ from typing import Any
 
 import torch
 
-from engine.errors import EngineError, EngineOverloaded, EngineUnavailable
+from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineUnavailable
 from engine.interface import Engine, EngineHealth, EngineOutput
 from engine.local.device import resolve_dtype, resolve_threads
+from engine.local.grammar import Grammars
 from engine.local.outbox import DEFAULT_CAPACITY, Outbox
 from engine.local.params import ModelLimits, resolve
 from engine.local.runner import ModelRunner, read_limits
@@ -63,6 +64,7 @@ class LocalEngine(Engine):
                                    max_waiting=max_waiting + 1)
         self.runner = ModelRunner(self.model_dir, dtype=self.dtype, max_rows=max_num_seqs,
                                   max_model_len=max_model_len)
+        self.grammars = Grammars(self.model_dir, self.limits.vocab_size)
         # shared with the engine thread (guarded by _cv)
         self._cv = threading.Condition()
         self._inbox: deque[_Msg] = deque()
@@ -121,7 +123,7 @@ class LocalEngine(Engine):
             self._cv.notify_all()
         await asyncio.to_thread(thread.join, 30)
         self._thread = None
-        err = EngineUnavailable("The engine was shut down.")
+        err = EngineShutDown("The server is shutting down; retry the request (on another replica).")
         for box in list(self._outboxes.values()):
             box.push(err)
 
@@ -132,10 +134,13 @@ class LocalEngine(Engine):
     async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
         self._check_serving()
         prompt, params = resolve(request, self.limits)
+        grammar = None
+        if params.structured is not None:  # compile (or find) the grammar before admission
+            grammar = await asyncio.to_thread(self.grammars.prepare, params, prompt)
         external = request.request_id or secrets.token_hex(8)
         key = f"{external}\x00{next(self._ids)}"
         base_seed = params.seed if params.seed is not None else secrets.randbits(63)
-        group = RequestGroup(key, prompt, params, [base_seed] * params.n, external_id=external)
+        group = RequestGroup(key, prompt, params, [base_seed] * params.n, external_id=external, grammar=grammar)
         box = Outbox(self.outbox_capacity)
         with self._cv:
             if self._inbox_adds + self._sched_waiting >= self.max_waiting:
@@ -192,6 +197,7 @@ class LocalEngine(Engine):
             "dtype": str(self.dtype).removeprefix("torch."),
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
+            "grammars_compiled": self.grammars.compiled,
             "max_num_seqs": self.scheduler.max_num_seqs,
             "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
         }
@@ -283,16 +289,23 @@ class LocalEngine(Engine):
             out.append((group.request_id, EngineOverloaded("The engine is overloaded; retry later.")))
 
     def _step(self, out: _Delivery) -> None:
-        result = run_step(self.scheduler, self.runner, _sample, max_model_len=self.max_model_len)
+        result = run_step(self.scheduler, self.runner, self._sample, max_model_len=self.max_model_len)
         if result.tokens:
             self._steps += 1
             self._generated += result.tokens
         out.extend(result.outputs)
 
-
-def _sample(logits: list[torch.Tensor], seqs: list[Seq]) -> list[Sampled]:
-    return sample(torch.stack(logits), [SampleRow(s.group.params, s.seed, s.index, s.group.prompt, s.output)
-                                        for s in seqs])
+    def _sample(self, logits: list[torch.Tensor], seqs: list[Seq]) -> list[Sampled]:
+        x = torch.stack(logits)
+        constrained = [i for i, s in enumerate(seqs) if s.group.grammar is not None]
+        if constrained:  # structured outputs: mask those rows only, then advance their grammars
+            x = x.float()
+            rows = [seqs[i] for i in constrained]
+            self.grammars.constrain(x, rows, constrained)
+        picks = sample(x, [SampleRow(s.group.params, s.seed, s.index, s.group.prompt, s.output) for s in seqs])
+        if constrained:
+            self.grammars.advance(rows, [picks[i].token_id for i in constrained])
+        return picks
 
 
 def _settle(fut: asyncio.Future[None], exc: BaseException | None) -> None:

@@ -7,7 +7,8 @@ answer 400 with a message that says what to fix.
 
 Stop *strings* (``sampling_params.stop``) are not the engine's business: the engine never sees
 text; derender applies them. Everything else the engine cannot honour (``bad_words``,
-``structured_outputs``, ``prompt_logprobs``, multimodal ``features``) is refused, never ignored.
+``prompt_logprobs``, multimodal ``features``) is refused, never ignored. ``structured_outputs`` is
+read and checked here (:mod:`engine.structured`) and enforced by :mod:`engine.local.grammar`.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field
 
 from engine.errors import InvalidGenerateRequest
 from engine.protocol import GenerateRequest
+from engine.structured import Problem, StructuredSpec, read_structured_outputs
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 LOGIT_BIAS_LIMIT = 100.0  # vLLM clamps biases to [-100, 100]
@@ -61,6 +63,7 @@ class ResolvedParams:
     # the last ``output_offset`` prompt ids are earlier output of a resumed generation: the
     # presence / frequency penalties count them as output (``extra_args.output_offset``)
     output_offset: int = 0
+    structured: StructuredSpec | None = None  # a structured-output constraint (engine.local.grammar)
 
     @property
     def greedy(self) -> bool:
@@ -159,9 +162,7 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
         raise _bad("sampling_params.bad_words needs a tokenizer; a tokens-only engine cannot apply it. "
                    "Send the banned token ids as logit_bias entries of -100 instead.",
                    "sampling_params.bad_words")
-    if sp.structured_outputs:
-        raise _bad("sampling_params.structured_outputs is not supported by this engine.",
-                   "sampling_params.structured_outputs")
+    structured = _structured(sp.structured_outputs, sp.ignore_eos, sp.min_tokens)
 
     _check_ids(sp.stop_token_ids, vocab, "sampling_params.stop_token_ids")
     bias: list[tuple[int, float]] = []
@@ -211,7 +212,20 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
         logprobs=sp.logprobs,
         all_stop_ids=frozenset(all_stop),
         output_offset=offset,
+        structured=structured,
     )
+
+
+def _structured(raw: object, ignore_eos: bool, min_tokens: int) -> StructuredSpec | None:
+    read = read_structured_outputs(raw)
+    if isinstance(read, Problem):
+        param = "sampling_params.structured_outputs" + (f".{read.field}" if read.field else "")
+        raise _bad(f"{param} {read.message}.", param)
+    if read is not None and (ignore_eos or min_tokens):
+        name = "ignore_eos" if ignore_eos else "min_tokens"
+        raise _bad(f"sampling_params.{name} cannot be combined with structured_outputs: the constraint decides "
+                   "where the output ends (with the eos token).", f"sampling_params.{name}")
+    return read
 
 
 def _check_float(value: float, name: str) -> None:

@@ -26,6 +26,7 @@ import enum
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 from engine.local.params import ResolvedParams
 
@@ -50,6 +51,7 @@ class Sequence:
     state: SeqState = SeqState.WAITING
     finish_reason: str | None = None
     stop_reason: int | str | None = None
+    matcher: Any = None  # this choice's grammar matcher (structured outputs; engine.local.grammar)
 
     @property
     def prompt(self) -> list[int]:
@@ -77,6 +79,7 @@ class RequestGroup:
     seqs: list[Sequence] = field(default_factory=list)
     admitted: bool = False  # left the waiting queue; its n sequences count against max_num_seqs
     aborted: bool = False
+    grammar: Any = None  # compiled structured-output constraint (engine.local.grammar), or None
 
     def __post_init__(self) -> None:
         if not self.seqs:

@@ -1,0 +1,275 @@
+"""Structured outputs in the local engine: xgrammar grammars, compiled once, enforced per row.
+
+How a constrained request runs::
+
+    generate() (event loop)   ── worker thread ──▶ Grammars.prepare(spec): compile (LRU-cached by
+                                                    the constraint), check a resumed prompt's tail
+    engine thread, each step:   Grammars.constrain(logits, rows)  fill + apply a token bitmask on
+                                                                    the constrained rows only
+                                sample(...)                        the usual sampler
+                                Grammars.advance(rows, tokens)     each row's matcher accepts its token
+
+- **Per row, per sequence.** Every constrained sequence owns one ``GrammarMatcher`` (an ``n > 1``
+  request's choices each get their own, so they diverge freely). It is created at the
+  sequence's first sampled token and advanced over the last ``extra_args.output_offset`` prompt
+  ids first: a resumed generation continues the grammar where the interrupted one stood.
+- **Unconstrained rows pay nothing.** A batch without a constrained row does no grammar work at
+  all; otherwise only the constrained rows get a bitmask filled and applied
+  (``apply_token_bitmask_inplace(..., indices=rows)``).
+- **The grammar ends the output.** The matcher's stop tokens are the request's stop ids (the
+  model's eos ids and ``stop_token_ids``): once the constraint is complete, only those are
+  allowed, so the sequence finishes with ``stop`` through the usual stop check. A sequence that
+  runs out of ``max_tokens`` first finishes with ``length`` and its output is a truncated
+  document: the finish reason says so.
+- **Cache.** Compiled grammars are kept in an LRU keyed by :attr:`StructuredSpec.key` (the
+  constraint, canonically serialized), so a schema used again is not compiled again.
+
+xgrammar needs the vocabulary's token strings: the tokenizer in the model directory is loaded
+once, on the first constrained request.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections import OrderedDict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from engine.errors import EngineUnavailable, InvalidGenerateRequest
+from engine.local.params import ResolvedParams
+from engine.structured import StructuredSpec
+
+log = logging.getLogger("tokenwire.engine")
+
+PARAM = "sampling_params.structured_outputs"
+# Whitespace between JSON tokens is free (vLLM's default) but bounded: an unbounded run would let
+# a model that favours whitespace fill max_tokens with it and never finish the document. 24
+# characters hold a newline and the indentation of pretty-printed JSON five levels deep.
+MAX_WHITESPACE = 24
+
+
+class CompiledConstraint:
+    """A compiled grammar and the stop ids its matchers end with (opaque outside this module)."""
+
+    __slots__ = ("grammar", "spec", "stop_ids")
+
+    def __init__(self, grammar: Any, spec: StructuredSpec, stop_ids: list[int]) -> None:
+        self.grammar = grammar
+        self.spec = spec
+        self.stop_ids = stop_ids
+
+
+class Grammars:
+    """Compiles constraints (any thread) and enforces them on the engine thread."""
+
+    def __init__(self, model_dir: Path, vocab_size: int, *, cache_size: int = 128) -> None:
+        self.model_dir = model_dir
+        self.vocab_size = vocab_size
+        self.cache_size = cache_size
+        self._lock = threading.Lock()  # the cache
+        self._compile_lock = threading.Lock()  # the compiler (built on first use) and compiling
+        self._compiler: Any = None
+        self._cache: OrderedDict[str, Any] = OrderedDict()
+        self.compiled = 0  # grammars compiled (cache misses), for stats and tests
+        self._bitmask: torch.Tensor | None = None
+        self._xgr: Any = None
+
+    # --- any thread ----------------------------------------------------------------------------
+    def prepare(self, params: ResolvedParams, prompt: Sequence[int]) -> CompiledConstraint:
+        """Compile (or find) the request's grammar and check a resumed prompt's tail against it.
+        Blocking CPU work: call it from a worker thread."""
+        spec = params.structured
+        assert spec is not None
+        grammar = self._compiled(spec)
+        stop_ids = sorted(params.all_stop_ids)
+        done = CompiledConstraint(grammar, spec, stop_ids)
+        offset = params.output_offset
+        if offset:
+            matcher = self._matcher(done, prompt[len(prompt) - offset:])
+            if matcher is None:
+                raise InvalidGenerateRequest(
+                    f"The last {offset} prompt tokens (earlier output, sampling_params.extra_args.output_offset) "
+                    "do not follow the structured output constraint.", param="sampling_params.extra_args.output_offset")
+        return done
+
+    def _compiled(self, spec: StructuredSpec) -> Any:
+        # One compile at a time: two requests with a new schema compile it once, and a cached
+        # grammar is found without waiting (the cache has its own lock).
+        with self._lock:
+            hit = self._cache.get(spec.key)
+            if hit is not None:
+                self._cache.move_to_end(spec.key)
+                return hit
+        with self._compile_lock:
+            with self._lock:
+                hit = self._cache.get(spec.key)
+                if hit is not None:
+                    return hit
+            return self._compile_and_keep(spec)
+
+    def _compile_and_keep(self, spec: StructuredSpec) -> Any:
+        compiler = self._compiler_once()
+        try:
+            grammar = _compile(compiler, spec)
+        except RuntimeError as exc:  # xgrammar's error for a constraint it cannot build
+            log.info("structured output constraint refused by the grammar compiler: %s", exc)
+            field = {"json": "json", "json_object": "json_object", "regex": "regex", "choice": "choice",
+                     "grammar": "grammar"}[spec.kind]
+            raise InvalidGenerateRequest(
+                f"{PARAM}.{field} could not be compiled into a grammar; check that it is a valid "
+                f"{_WHAT[spec.kind]}.", param=f"{PARAM}.{field}") from None
+        with self._lock:
+            self.compiled += 1
+            self._cache[spec.key] = grammar
+            while len(self._cache) > self.cache_size:
+                self._cache.popitem(last=False)
+        return grammar
+
+    def _compiler_once(self) -> Any:
+        if self._compiler is None:
+            import xgrammar as xgr
+            from transformers import AutoTokenizer
+
+            try:
+                tokenizer = AutoTokenizer.from_pretrained(str(self.model_dir), local_files_only=True)
+            except Exception as exc:  # many kinds: no tokenizer files, a broken one…
+                log.exception("cannot load the tokenizer of %s for structured outputs", self.model_dir)
+                raise EngineUnavailable(
+                    "Structured outputs need the model's tokenizer, and it could not be loaded from the model "
+                    "directory; see the server log.") from exc
+            vocab = max(self.vocab_size, len(tokenizer))
+            info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab)
+            self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
+            self._xgr = xgr
+            self.vocab_size = vocab
+        return self._compiler
+
+    def _matcher(self, done: CompiledConstraint, prefix: Sequence[int]) -> Any | None:
+        """A fresh matcher advanced over ``prefix``; None when the grammar refuses it."""
+        matcher = self._xgr.GrammarMatcher(done.grammar, override_stop_tokens=done.stop_ids or None)
+        for tok in prefix:
+            if not matcher.accept_token(int(tok)):
+                return None
+        return matcher
+
+    # --- engine thread -------------------------------------------------------------------------
+    def constrain(self, logits: torch.Tensor, rows: Sequence[Any], indices: list[int]) -> None:
+        """Mask ``logits[indices]`` (float32, ``[batch, vocab]``) to what each row's grammar allows
+        next. ``rows[j]`` is the sequence at ``indices[j]``."""
+        bitmask = self._bitmask_for(logits.shape[0])
+        for seq, i in zip(rows, indices, strict=True):
+            matcher = self._matcher_of(seq)
+            if matcher is None:  # the grammar refused an earlier token: only a stop token may follow
+                bitmask[i].zero_()
+                for tok in seq.group.grammar.stop_ids or ():
+                    bitmask[i, tok // 32] |= _bit(tok % 32)
+            else:
+                matcher.fill_next_token_bitmask(bitmask, i)
+        width = min(logits.shape[-1], self.vocab_size)
+        self._xgr.apply_token_bitmask_inplace(logits, bitmask, indices=indices, vocab_size=width)
+        if logits.shape[-1] > width:  # padded vocabulary rows the tokenizer never produces
+            logits[indices, width:] = float("-inf")
+
+    def advance(self, rows: Sequence[Any], tokens: Sequence[int]) -> None:
+        """Each constrained row's matcher accepts the token just sampled for it."""
+        for seq, tok in zip(rows, tokens, strict=True):
+            matcher = seq.matcher
+            if matcher is None or matcher is _REFUSED:
+                continue
+            if not matcher.accept_token(tok):
+                # Only possible when other settings (allowed_token_ids, logit_bias of -inf…) left no
+                # token the grammar allows; end the sequence at the next step.
+                log.warning("structured outputs: request %s sampled token %d outside its grammar",
+                            seq.group.external_id, tok)
+                seq.matcher = _REFUSED
+
+    def _matcher_of(self, seq: Any) -> Any | None:
+        matcher = seq.matcher
+        if matcher is _REFUSED:
+            return None
+        if matcher is None:
+            group = seq.group
+            offset = group.params.output_offset
+            prefix = [*group.prompt[len(group.prompt) - offset:], *seq.output] if offset else list(seq.output)
+            matcher = self._matcher(group.grammar, prefix)
+            seq.matcher = matcher if matcher is not None else _REFUSED
+        return matcher
+
+    def _bitmask_for(self, rows: int) -> torch.Tensor:
+        words = (self.vocab_size + 31) // 32
+        if self._bitmask is None or self._bitmask.shape[0] < rows:
+            self._bitmask = torch.full((max(rows, 8), words), -1, dtype=torch.int32)
+        return self._bitmask
+
+
+class _Refused:
+    """Marks a sequence whose grammar refused a token (see :meth:`Grammars.advance`)."""
+
+
+_REFUSED = _Refused()
+
+_WHAT = {"json": "JSON schema", "json_object": "JSON object constraint", "regex": "regular expression",
+         "choice": "list of choices", "grammar": "EBNF grammar"}
+
+
+def _bit(i: int) -> int:
+    """Bit ``i`` of an int32 word (bit 31 is the sign bit)."""
+    return (1 << i) - (1 << 32) if i == 31 else 1 << i
+
+
+def _compile(compiler: Any, spec: StructuredSpec) -> Any:
+    ws = MAX_WHITESPACE if spec.any_whitespace else None
+    if spec.kind == "json":
+        return compiler.compile_json_schema(json.dumps(enforceable(spec.value)), any_whitespace=spec.any_whitespace,
+                                            max_whitespace_cnt=ws)
+    if spec.kind == "json_object":
+        # JSON mode: an object (what OpenAI's json_object promises), any content inside.
+        return compiler.compile_json_schema('{"type": "object"}', any_whitespace=spec.any_whitespace,
+                                            strict_mode=False, max_whitespace_cnt=ws)
+    if spec.kind == "regex":
+        return compiler.compile_regex(spec.value)
+    if spec.kind == "choice":
+        return compiler.compile_grammar(
+            "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in spec.value))
+    return compiler.compile_grammar(spec.value)
+
+
+# Characters a JSON string may hold unescaped (as a regex class for xgrammar's JSON-string regexes).
+_PLAIN_CHAR = '[^\\u0000-\\u001f"\\\\]'
+_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
+_SUBSCHEMAS = ("additionalProperties", "items", "propertyNames", "unevaluatedProperties", "unevaluatedItems")
+_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
+
+
+def enforceable(schema: Any) -> Any:
+    """The schema as handed to xgrammar, rewritten where xgrammar would break JSON.
+
+    xgrammar 0.2.9 builds a string with ``minLength`` / ``maxLength`` from any character but
+    a quote, a backslash and CR/LF, so a tab or another control character could appear raw
+    inside the string (invalid JSON). Such strings become the equivalent ``pattern`` over the
+    characters JSON allows unescaped (same lengths; escapes are not produced).
+    """
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    t = out.get("type")
+    is_string = t == "string" or (isinstance(t, list) and "string" in t)
+    if (is_string and ("minLength" in out or "maxLength" in out)
+            and "pattern" not in out and "format" not in out):
+        lo, hi = out.pop("minLength", 0), out.pop("maxLength", None)
+        out["pattern"] = f"^{_PLAIN_CHAR}{{{int(lo)},{'' if hi is None else int(hi)}}}$"
+    for key in _SUBSCHEMA_MAPS:
+        if isinstance(out.get(key), dict):
+            out[key] = {name: enforceable(sub) for name, sub in out[key].items()}
+    for key in _SUBSCHEMAS:
+        if key in out:
+            out[key] = enforceable(out[key])
+    for key in _SUBSCHEMA_LISTS:
+        if isinstance(out.get(key), list):
+            out[key] = [enforceable(sub) for sub in out[key]]
+    return out
