@@ -7,6 +7,7 @@
     │                                    (also a ValueError)
     ├── EngineOverloaded             503 — admission queue full
     ├── EngineUnavailable            502 — remote engine down / unreachable, local engine stopped
+    │   └── EngineShutDown           503 — the server is shutting down (graceful shutdown's deadline)
     ├── EngineTimeout                504 — remote engine did not answer in time
     └── EngineInternalError          500 — a step failed; message is safe to show, details are logged
 
@@ -39,6 +40,11 @@ class EngineOverloaded(EngineError):
 class EngineUnavailable(EngineError):
     status = 502
     code = "engine_unavailable"
+
+
+class EngineShutDown(EngineUnavailable):
+    status = 503
+    code = "shutting_down"
 
 
 class EngineTimeout(EngineError):

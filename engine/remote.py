@@ -29,6 +29,7 @@ from pydantic import ValidationError
 from engine.errors import (
     EngineError,
     EngineOverloaded,
+    EngineShutDown,
     EngineTimeout,
     EngineUnavailable,
     InvalidGenerateRequest,
@@ -60,6 +61,7 @@ class RemoteEngine(Engine):
         self._client: httpx.AsyncClient | None = None
         self._abort_path: str | None = None
         self._in_flight: dict[str, int] = {}
+        self._closing = False
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -69,6 +71,7 @@ class RemoteEngine(Engine):
             log.warning("remote engine %s is not healthy yet: %s", self.base_url, health.detail)
 
     async def close(self) -> None:
+        self._closing = True  # streams still running end with EngineShutDown
         if self._client is not None:
             await self._client.aclose()
             self._client = None
@@ -167,6 +170,8 @@ class RemoteEngine(Engine):
         return bytes(data)
 
     def _transport_error(self, exc: httpx.HTTPError) -> EngineError:
+        if self._closing:
+            return EngineShutDown("The server is shutting down; retry the request (on another replica).")
         if isinstance(exc, httpx.ConnectTimeout | httpx.PoolTimeout):
             return self._logged(EngineTimeout(f"The remote engine did not accept a connection within "
                                               f"{self.connect_timeout:g} s."))

@@ -137,7 +137,10 @@ def create_app(ctx: ServerContext) -> Starlette:
             if ctx.engine is not None:
                 await ctx.engine.close()
 
-    middleware = [Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys)]
+    from server.shutdown import DrainMiddleware, drain_of
+
+    middleware = [Middleware(DrainMiddleware, drain=ctx.service(drain_of)),
+                  Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys)]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={404: _not_found, 405: _method_not_allowed})
     app.state.ctx = ctx

@@ -66,6 +66,9 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
     p.add_argument("--socket-send-buffer", type=int, default=128 * 1024,
                    help="kernel send buffer per connection in bytes (default 128 KiB; 0: kernel autotuning, "
                         "which lets a slow reader's stale deltas pile up in megabytes of socket buffer)")
+    p.add_argument("--shutdown-timeout", type=float, default=20.0,
+                   help="on SIGTERM, seconds to let requests in flight finish before ending them with a "
+                        "'shutting down' error (default 20; new connections are refused at once)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default info)")
     if not render:
@@ -128,6 +131,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
     if args.socket_send_buffer < 0:
         raise ValueError("--socket-send-buffer must be 0 (kernel autotuning) or a number of bytes")
+    if args.shutdown_timeout < 0:
+        raise ValueError("--shutdown-timeout must be 0 or more seconds")
     if args.engine_timeout <= 0:
         raise ValueError("--engine-timeout must be a positive number of seconds")
     if args.enable_auto_tool_choice and not args.tool_call_parser:
@@ -162,6 +167,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         ws_max_lifetime=args.ws_max_lifetime,
         ws_per_message_deflate=args.ws_per_message_deflate,
         socket_send_buffer=args.socket_send_buffer,
+        shutdown_timeout=args.shutdown_timeout,
         environ=environ,
         **extra,  # type: ignore[arg-type]
     )

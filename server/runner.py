@@ -11,6 +11,7 @@ from server.app import create_app
 from server.context import build_context
 from server.gating import Gating
 from server.settings import Settings
+from server.shutdown import GracefulServer
 
 log = logging.getLogger("tokenwire")
 
@@ -50,9 +51,9 @@ def run(settings: Settings, gating: Gating) -> int:
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
                             ws_max_size=settings.ws_max_frame_bytes,
                             ws_per_message_deflate=settings.ws_per_message_deflate,
-                            timeout_graceful_shutdown=10, access_log=settings.log_level == "debug")
+                            timeout_graceful_shutdown=5, access_log=settings.log_level == "debug")
     logging.getLogger("uvicorn.error").addFilter(quiet_client_utf8_errors)
-    server = uvicorn.Server(config)
+    server = GracefulServer(config, ctx, shutdown_timeout=settings.shutdown_timeout)
     log.info("tokenwire %s on %s (model %s)", settings.mode.value, app.state.listen_url,
              settings.served_model_name)
     print(f"tokenwire: listening on {app.state.listen_url}", flush=True)

@@ -57,6 +57,7 @@ class Settings:
     # Kernel send buffer per connection (0: the kernel's autotuning, up to net.ipv4.tcp_wmem's max,
     # 4 MiB here): past it a slow reader's deltas coalesce in the session instead of queueing.
     socket_send_buffer: int = 128 * 1024
+    shutdown_timeout: float = 20.0  # seconds SIGTERM waits for work in flight before ending it
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def with_(self, **changes: object) -> Settings:

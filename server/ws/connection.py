@@ -25,7 +25,9 @@ import anyio.abc
 import anyio.to_thread
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
+from engine.errors import EngineShutDown
 from server.errors import to_api_error
+from server.shutdown import Drain
 from server.ws.outbox import Outbox
 from server.ws.work import Stages, run
 from session.actions import Action, Cancel, Close, Send, Start
@@ -48,6 +50,8 @@ _SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
 def error_info(exc: BaseException) -> ErrorInfo:
     """The ``error`` frame body for an exception, translated once by ``server.errors``."""
     err = to_api_error(exc)
+    if isinstance(exc, EngineShutDown):
+        return ErrorInfo("shutting_down", err.message, status=err.status)
     if isinstance(exc, StateError):
         return ErrorInfo("bad_state", err.message, status=err.status, param=err.param, reason=exc.reason)
     if err.status == 404 and err.param == "model":
@@ -79,7 +83,7 @@ class _Report:
 
 class Connection:
     def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
-                 outbox_capacity: int = 256) -> None:
+                 outbox_capacity: int = 256, drain: Drain | None = None) -> None:
         self.websocket = websocket
         self.session = session
         self.stages = stages
@@ -89,6 +93,7 @@ class Connection:
         self._close: Close | None = None
         self._timer_wake = anyio.Event()
         self._report = _Report(self)
+        self.shutdown = drain or Drain()  # graceful shutdown: no new requests while draining
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -133,8 +138,10 @@ class Connection:
     # -- tasks -------------------------------------------------------------------------------------
     async def _request(self, start: Start, scope: anyio.CancelScope) -> None:
         error: Exception | None = None
-        with scope:
+        with scope, self.shutdown.track():
             try:
+                if self.shutdown.draining:
+                    raise self.shutdown.error()
                 await run(start, self.stages, self._report)
             except Exception as exc:
                 error = exc

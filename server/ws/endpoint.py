@@ -18,6 +18,7 @@ from server.app import api_key_ok
 from server.context import ServerContext
 from server.errors import ApiError, openai_error_body
 from server.gating import RouteGroup
+from server.shutdown import drain_of
 from server.ws.connection import Connection
 from server.ws.state_peek import peek_state
 from server.ws.upgrade import Accepted, Refused, decide
@@ -74,7 +75,7 @@ async def session_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept(subprotocol=decision.subprotocol)
     session = Session(config, now=anyio.current_time(), state_tagger=peek_state)
-    await Connection(websocket, session, stages).run()
+    await Connection(websocket, session, stages, drain=ctx.service(drain_of)).run()
 
 
 async def refuse(websocket: WebSocket, status: int, message: str) -> None:

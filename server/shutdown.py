@@ -1,0 +1,146 @@
+"""Graceful shutdown: SIGTERM stops accepting, lets work in flight finish up to a deadline, then ends
+the rest with a clear error, and the process exits 0.
+
+::
+
+    SIGTERM ─▶ listener closed (no new connections)
+            ─▶ draining: a new HTTP request on a kept-alive connection, or a new request frame on a
+               WebSocket session, is refused with 503 / error ``shutting_down``; everything already
+               running goes on
+            ─▶ in flight reaches 0, or --shutdown-timeout passes: the engine is closed, so every
+               generation still running ends with :class:`~engine.errors.EngineShutDown` (503,
+               ``shutting_down``): an HTTP error, an SSE error event, an ``error`` frame
+            ─▶ uvicorn's own shutdown: idle keep-alive connections closed, sessions closed with 1012
+               ("the server is restarting"), the engine closed, exit 0
+
+:class:`Drain` is the per-process state (a ``ctx.service``); :class:`DrainMiddleware` counts HTTP
+requests in flight (a streaming answer counts until its last byte) and :meth:`Drain.track` wraps a
+WebSocket request's work; :class:`GracefulServer` runs the sequence above around uvicorn's shutdown.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+import threading
+from collections.abc import Generator, Iterator
+from typing import Any
+
+import uvicorn
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from engine.errors import EngineShutDown
+from server.context import ServerContext
+
+log = logging.getLogger("tokenwire")
+
+SHUTTING_DOWN = "The server is shutting down; retry the request (on another replica)."
+WIND_DOWN_S = 3.0  # after the deadline: how long requests may take to send their error and end
+FLUSH_S = 0.3  # then, before uvicorn closes the connections (sessions: 1012), for queued frames to leave
+
+
+class Drain:
+    def __init__(self) -> None:
+        self.draining = False
+        self._in_flight = 0
+        self._changed: asyncio.Event | None = None
+
+    @property
+    def in_flight(self) -> int:
+        return self._in_flight
+
+    def error(self) -> EngineShutDown:
+        return EngineShutDown(SHUTTING_DOWN)
+
+    @contextlib.contextmanager
+    def track(self) -> Iterator[None]:
+        """Count one unit of work in flight for its duration (event loop only)."""
+        self._in_flight += 1
+        try:
+            yield
+        finally:
+            self._in_flight -= 1
+            if self._changed is not None:
+                self._changed.set()
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Until nothing is in flight (True) or ``timeout`` seconds passed (False)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while self._in_flight:
+            self._changed = asyncio.Event()
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return False
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), remaining)
+        return True
+
+
+def drain_of(ctx: ServerContext) -> Drain:
+    """The process's drain state (a ``ctx.service`` factory)."""
+    return Drain()
+
+
+class DrainMiddleware:
+    """Counts HTTP requests in flight; while draining, answers new ones 503 with the API's envelope."""
+
+    def __init__(self, app: ASGIApp, drain: Drain) -> None:
+        self.app = app
+        self.drain = drain
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        if self.drain.draining:
+            from server.app import flavor_of
+            from server.errors import error_response
+
+            response = error_response(self.drain.error(), flavor=flavor_of(scope["path"]))
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
+            return
+        with self.drain.track():
+            await self.app(scope, receive, send)
+
+
+class GracefulServer(uvicorn.Server):
+    """uvicorn with tokenwire's shutdown sequence (module docstring), exiting 0 on SIGTERM / SIGINT."""
+
+    def __init__(self, config: uvicorn.Config, ctx: ServerContext, *, shutdown_timeout: float) -> None:
+        super().__init__(config)
+        self.ctx = ctx
+        self.shutdown_timeout = shutdown_timeout
+
+    async def shutdown(self, sockets: Any = None) -> None:
+        for server in self.servers:  # stop accepting before anything else
+            server.close()
+        drain = self.ctx.service(drain_of)
+        drain.draining = True
+        log.info("draining: %d request(s) in flight, up to %g s", drain.in_flight, self.shutdown_timeout)
+        if not await drain.wait_idle(self.shutdown_timeout):
+            log.warning("shutdown timeout: ending %d request(s) still in flight", drain.in_flight)
+            if self.ctx.engine is not None:
+                await self.ctx.engine.close()  # every generation still running ends with EngineShutDown
+            await drain.wait_idle(WIND_DOWN_S)
+        await asyncio.sleep(FLUSH_S)  # the last frames and events leave before connections close
+        await super().shutdown(sockets)
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Generator[None, None, None]:
+        """As uvicorn's, without raising the signal again afterwards: a server that shut down
+        gracefully on SIGTERM exits 0."""
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        handled = (signal.SIGINT, signal.SIGTERM)
+        original = {sig: signal.signal(sig, self.handle_exit) for sig in handled}
+        try:
+            yield
+        finally:
+            for sig, handler in original.items():
+                signal.signal(sig, handler)
+
