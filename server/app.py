@@ -137,10 +137,13 @@ def create_app(ctx: ServerContext) -> Starlette:
             if ctx.engine is not None:
                 await ctx.engine.close()
 
+    from server.limits import LimitMiddleware, limiter_of
     from server.shutdown import DrainMiddleware, drain_of
 
     middleware = [Middleware(DrainMiddleware, drain=ctx.service(drain_of)),
-                  Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys)]
+                  Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys),
+                  Middleware(LimitMiddleware, limiter=ctx.service(limiter_of),
+                             body_timeout=ctx.settings.body_timeout, exempt=_is_public)]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={404: _not_found, 405: _method_not_allowed})
     app.state.ctx = ctx

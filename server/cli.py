@@ -66,6 +66,13 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
     p.add_argument("--socket-send-buffer", type=int, default=128 * 1024,
                    help="kernel send buffer per connection in bytes (default 128 KiB; 0: kernel autotuning, "
                         "which lets a slow reader's stale deltas pile up in megabytes of socket buffer)")
+    p.add_argument("--rate-limit", type=float, default=0,
+                   help="requests per minute per client (API key, else address), HTTP and WebSocket request "
+                        "frames together; past it 429 / error frame rate_limited (default 0: off)")
+    p.add_argument("--max-concurrent-requests", type=int, default=0,
+                   help="requests in flight per client (default 0: off)")
+    p.add_argument("--body-timeout", type=float, default=60.0,
+                   help="seconds a request body may take to arrive before 408 (default 60; 0: off)")
     p.add_argument("--shutdown-timeout", type=float, default=20.0,
                    help="on SIGTERM, seconds to let requests in flight finish before ending them with a "
                         "'shutting down' error (default 20; new connections are refused at once)")
@@ -131,6 +138,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
     if args.socket_send_buffer < 0:
         raise ValueError("--socket-send-buffer must be 0 (kernel autotuning) or a number of bytes")
+    if args.rate_limit < 0 or args.max_concurrent_requests < 0 or args.body_timeout < 0:
+        raise ValueError("--rate-limit, --max-concurrent-requests and --body-timeout must be 0 (off) or more")
     if args.shutdown_timeout < 0:
         raise ValueError("--shutdown-timeout must be 0 or more seconds")
     if args.engine_timeout <= 0:
@@ -168,6 +177,9 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         ws_per_message_deflate=args.ws_per_message_deflate,
         socket_send_buffer=args.socket_send_buffer,
         shutdown_timeout=args.shutdown_timeout,
+        rate_limit=args.rate_limit,
+        max_concurrent_requests=args.max_concurrent_requests,
+        body_timeout=args.body_timeout,
         environ=environ,
         **extra,  # type: ignore[arg-type]
     )

@@ -58,6 +58,10 @@ class Settings:
     # 4 MiB here): past it a slow reader's deltas coalesce in the session instead of queueing.
     socket_send_buffer: int = 128 * 1024
     shutdown_timeout: float = 20.0  # seconds SIGTERM waits for work in flight before ending it
+    # abuse limits (server/limits.py); 0 turns a limit off
+    rate_limit: float = 0  # requests per minute per client (API key, else address)
+    max_concurrent_requests: int = 0  # requests in flight per client
+    body_timeout: float = 60.0  # seconds a request body may take to arrive
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def with_(self, **changes: object) -> Settings:

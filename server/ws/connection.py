@@ -27,6 +27,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.errors import EngineShutDown
 from server.errors import to_api_error
+from server.limits import Limiter, admitted
 from server.shutdown import Drain
 from server.ws.outbox import Outbox
 from server.ws.work import Stages, run
@@ -83,7 +84,8 @@ class _Report:
 
 class Connection:
     def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
-                 outbox_capacity: int = 256, drain: Drain | None = None) -> None:
+                 outbox_capacity: int = 256, drain: Drain | None = None,
+                 limits: tuple[Limiter, str] | None = None) -> None:
         self.websocket = websocket
         self.session = session
         self.stages = stages
@@ -94,6 +96,7 @@ class Connection:
         self._timer_wake = anyio.Event()
         self._report = _Report(self)
         self.shutdown = drain or Drain()  # graceful shutdown: no new requests while draining
+        self.limits = limits or (Limiter(), "")  # the client's rate and concurrency (server/limits.py)
 
     async def run(self) -> None:
         async with anyio.create_task_group() as tg:
@@ -142,7 +145,8 @@ class Connection:
             try:
                 if self.shutdown.draining:
                     raise self.shutdown.error()
-                await run(start, self.stages, self._report)
+                with admitted(*self.limits):
+                    await run(start, self.stages, self._report)
             except Exception as exc:
                 error = exc
         if self._scopes.get(start.id) is scope:

@@ -18,6 +18,7 @@ from server.app import api_key_ok
 from server.context import ServerContext
 from server.errors import ApiError, openai_error_body
 from server.gating import RouteGroup
+from server.limits import client_key, limiter_of
 from server.shutdown import drain_of
 from server.ws.connection import Connection
 from server.ws.state_peek import peek_state
@@ -75,7 +76,9 @@ async def session_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept(subprotocol=decision.subprotocol)
     session = Session(config, now=anyio.current_time(), state_tagger=peek_state)
-    await Connection(websocket, session, stages, drain=ctx.service(drain_of)).run()
+    key = client_key(dict(websocket.scope["headers"]), websocket.scope.get("client"))
+    await Connection(websocket, session, stages, drain=ctx.service(drain_of),
+                     limits=(ctx.service(limiter_of), key)).run()
 
 
 async def refuse(websocket: WebSocket, status: int, message: str) -> None:

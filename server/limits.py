@@ -1,0 +1,188 @@
+"""Abuse limits: request rate and concurrency per client, request body size and upload time.
+
+- **Per client** (the API key when the server has keys, else the client's address): at most
+  ``--max-concurrent-requests`` requests in flight and ``--rate-limit`` requests per minute (a token
+  bucket holding a minute's worth, so short bursts pass). HTTP requests and WebSocket request frames
+  draw from the same budget. Refused: HTTP 429 with ``Retry-After`` and the API's error envelope; a
+  session's ``error`` frame ``rate_limited`` (the session lives on). 0 turns a limit off (default).
+- **Request bodies** (every HTTP route): a ``Content-Length`` over :data:`MAX_BODY_BYTES` is refused
+  before a byte is read, a chunked body as soon as it passes the limit (413); a body that has not
+  fully arrived ``--body-timeout`` seconds after the request started is refused with 408, so a
+  client trickling its upload cannot hold a connection and its buffers.
+
+WebSocket messages are limited by the WebSocket layer (``--ws-max-frame-bytes``: close 1009 before the
+message is read whole) and per session by ``--ws-max-in-flight``.
+
+:class:`Limiter` is sans-I/O (the clock comes in as an argument); :class:`LimitMiddleware` applies it
+and the body rules to HTTP, ``server.ws.connection`` to request frames.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import math
+import time
+from collections import OrderedDict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import anyio
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from server.context import ServerContext
+from server.errors import ApiError
+
+MAX_BODY_BYTES = 64 * 1024 * 1024
+MAX_CLIENTS = 100_000  # clients remembered (least recently seen forgotten first)
+
+
+class RateLimited(ApiError):
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(429, message)
+        self.retry_after = max(1, math.ceil(retry_after))
+
+
+@dataclass(slots=True)
+class _Client:
+    tokens: float
+    updated: float
+    in_flight: int = 0
+
+
+class Limiter:
+    """Rate (token bucket) and concurrency per client key. ``now`` is any monotonic clock."""
+
+    def __init__(self, *, rate_per_minute: float = 0, max_concurrent: int = 0, max_clients: int = MAX_CLIENTS) -> None:
+        self.rate = rate_per_minute / 60.0  # tokens per second
+        self.burst = max(1.0, rate_per_minute)  # a minute's worth
+        self.max_concurrent = max_concurrent
+        self.max_clients = max_clients
+        self._clients: OrderedDict[str, _Client] = OrderedDict()
+
+    @property
+    def enabled(self) -> bool:
+        return self.rate > 0 or self.max_concurrent > 0
+
+    def acquire(self, key: str, now: float) -> None:
+        """Take one request for ``key``; raises :class:`RateLimited`. Pair with :meth:`release`."""
+        client = self._clients.get(key)
+        if client is None:
+            client = self._clients[key] = _Client(self.burst, now)
+            while len(self._clients) > self.max_clients:
+                self._clients.popitem(last=False)
+        self._clients.move_to_end(key)
+        if self.max_concurrent and client.in_flight >= self.max_concurrent:
+            raise RateLimited(f"Too many concurrent requests: at most {self.max_concurrent} in flight per client; "
+                              "retry when one finishes.", 1)
+        if self.rate:
+            client.tokens = min(self.burst, client.tokens + (now - client.updated) * self.rate)
+            client.updated = now
+            if client.tokens < 1:
+                raise RateLimited(f"Rate limit exceeded: at most {self.burst:g} requests per minute per client; "
+                                  "retry later.", (1 - client.tokens) / self.rate)
+            client.tokens -= 1
+        client.in_flight += 1
+
+    def release(self, key: str) -> None:
+        client = self._clients.get(key)
+        if client is not None and client.in_flight > 0:
+            client.in_flight -= 1
+
+
+@contextlib.contextmanager
+def admitted(limiter: Limiter, key: str) -> Iterator[None]:
+    """Hold one of ``key``'s requests for the block (raises :class:`RateLimited` when refused)."""
+    if not limiter.enabled:
+        yield
+        return
+    limiter.acquire(key, time.monotonic())
+    try:
+        yield
+    finally:
+        limiter.release(key)
+
+
+def limiter_of(ctx: ServerContext) -> Limiter:
+    """The process's limiter (a ``ctx.service`` factory)."""
+    s = ctx.settings
+    return Limiter(rate_per_minute=s.rate_limit, max_concurrent=s.max_concurrent_requests)
+
+
+def client_key(headers: dict[bytes, bytes], client: Any) -> str:
+    """The API key given (hashed: raw keys are not kept), else the client's address."""
+    scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
+    key = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")
+    if key:
+        return "key:" + hashlib.sha256(key).hexdigest()[:32]
+    return "addr:" + (str(client[0]) if client else "unknown")
+
+
+class LimitMiddleware:
+    """Per-client limits and the request body rules for HTTP (module docstring)."""
+
+    def __init__(self, app: ASGIApp, limiter: Limiter, *, body_timeout: float,
+                 max_body_bytes: int = MAX_BODY_BYTES, exempt: Any = None) -> None:
+        self.app = app
+        self.limiter = limiter
+        self.body_timeout = body_timeout
+        self.max_body_bytes = max_body_bytes
+        self.exempt = exempt or (lambda path: False)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or self.exempt(scope["path"]):
+            await self.app(scope, receive, send)
+            return
+        headers = dict(scope["headers"])
+        length = headers.get(b"content-length", b"")
+        if length.isdigit() and int(length) > self.max_body_bytes:
+            await self._refuse(scope, receive, send, ApiError(
+                413, f"Request body too large (limit {self.max_body_bytes} bytes)."))
+            return
+        key = client_key(headers, scope.get("client"))
+        if self.limiter.enabled:
+            try:
+                self.limiter.acquire(key, time.monotonic())
+            except RateLimited as exc:
+                await self._refuse(scope, receive, send, exc, {"Retry-After": str(exc.retry_after)})
+                return
+        try:
+            await self.app(scope, self._bounded(receive), send)
+        finally:
+            if self.limiter.enabled:
+                self.limiter.release(key)
+
+    def _bounded(self, receive: Receive) -> Receive:
+        """``receive`` that refuses a body past the size limit (413) or the upload deadline (408)."""
+        deadline = anyio.current_time() + self.body_timeout if self.body_timeout else math.inf
+        received = 0
+        complete = False
+
+        async def bounded() -> Message:
+            nonlocal received, complete
+            if complete:  # after the body: the disconnect watchers wait as long as they like
+                return await receive()
+            with anyio.move_on_after(deadline - anyio.current_time()) as scope:
+                message = await receive()
+            if scope.cancelled_caught:
+                raise ApiError(408, f"The request body did not arrive within {self.body_timeout:g} s.",
+                               error_type="RequestTimeout")
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > self.max_body_bytes:
+                    raise ApiError(413, f"Request body too large (limit {self.max_body_bytes} bytes).")
+                complete = not message.get("more_body", False)
+            return message
+
+        return bounded
+
+    @staticmethod
+    async def _refuse(scope: Scope, receive: Receive, send: Send, err: ApiError,
+                      headers: dict[str, str] | None = None) -> None:
+        from server.app import flavor_of
+        from server.errors import error_response
+
+        response = error_response(err, flavor=flavor_of(scope["path"]))
+        response.headers.update(headers or {})
+        await response(scope, receive, send)
