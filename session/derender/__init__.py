@@ -19,12 +19,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from session.derender.bounds import MAX_CHOICES
 from session.derender.chat import ChatDerenderer, ChatStep, assemble_message, chat_response
 from session.derender.choice import ChoiceStream, Piece, StreamSpec
 from session.derender.completion import CompletionDerenderer, CompletionStep, completion_response
 from session.derender.service import DerenderService
 from session.derender.spec import ParserConfig, chat_spec, completion_spec, resolve_parsers
 from session.detokenizer import token_table
+from session.errors import DerenderError
 from session.parsers.base import ReasoningParser, ToolParser
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -60,12 +62,12 @@ def chat_derenderer(request: ChatCompletionRequest | None, prompt_token_ids: Seq
     ``prompt_token_ids`` is the whole rendered prompt (its tail seeds detokenization and tells the
     reasoning parser whether the template opened or closed ``<think>``; its length is the usage's
     ``prompt_tokens`` unless given). Parser names are the CLI's (``hermes``, ``qwen3``…)."""
+    count = _choice_count(n if n is not None else (request.n if request is not None else 1))
     config = resolve_parsers(tool_parser, reasoning_parser, enable_auto_tool_choice=enable_auto_tool_choice)
     spec = chat_spec(token_table(tokenizer), config, request, prompt_token_ids)
     so = request.stream_options if request is not None else None
     return ChatDerenderer(
-        spec, request_id=request_id, created=created, model=model,
-        n=n if n is not None else (request.n if request is not None else 1),
+        spec, request_id=request_id, created=created, model=model, n=count,
         prompt_tokens=len(prompt_token_ids) if prompt_tokens is None else prompt_tokens,
         want_logprobs=bool(request.logprobs) if request is not None else True,
         top_logprobs=request.top_logprobs if request is not None and request.logprobs else None,
@@ -83,7 +85,7 @@ def completion_derenderer(request: CompletionRequest | None, prompt_token_ids: S
     decoded prompt ids) leads each choice."""
     table = token_table(tokenizer)
     spec = completion_spec(table, request, prompt_token_ids)
-    count = n if n is not None else (request.n if request is not None else 1)
+    count = _choice_count(n if n is not None else (request.n if request is not None else 1))
     if request is not None and request.echo and echo_text is None:
         echo_text = table.decode(list(prompt_token_ids), request.skip_special_tokens)
     return CompletionDerenderer(
@@ -94,3 +96,11 @@ def completion_derenderer(request: CompletionRequest | None, prompt_token_ids: S
         top_logprobs=request.logprobs if request is not None else None,
         return_token_ids=bool(request is not None and request.return_token_ids),
     )
+
+
+def _choice_count(n: int) -> int:
+    """A derenderer holds a stream per choice: refuse an ``n`` it cannot hold before allocating any
+    (an ``n`` of 2**63 exhausted the server's memory)."""
+    if not 1 <= n <= MAX_CHOICES:
+        raise DerenderError(f"n is {n}; it must be between 1 and {MAX_CHOICES}.", param="n")
+    return n

@@ -56,6 +56,11 @@ MODES: dict[str, tuple[Callable[[Callable[[str], Path]], list[str]], list[str]]]
 }
 
 
+# A request that makes the server allocate without bound fails with MemoryError (a 500 the checks
+# report) instead of taking the machine: "n": 2**63 once grew a server to 20 GB before the OOM killer.
+MEMORY_CAP = "import resource; resource.setrlimit(resource.RLIMIT_AS, (12 << 30, 12 << 30))"
+
+
 def run_schemathesis(url: str, *, examples: int, seconds: int, seed: int | None = None, extra: Sequence[str] = (),
                      timeout: float = 600) -> subprocess.CompletedProcess[str]:
     """The schemathesis CLI against ``url``'s document with tokenwire's checks."""
@@ -80,7 +85,7 @@ def generated_cases(output: str) -> int:
 @pytest.fixture(scope="module", params=list(MODES))
 def fuzz_server(request: pytest.FixtureRequest, asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
     server_args, fuzz_args = MODES[request.param]
-    with ServerProcess(server_args(asset), startup_timeout=180) as srv:
+    with ServerProcess(server_args(asset), startup_timeout=180, preamble=MEMORY_CAP) as srv:
         srv.fuzz_args = fuzz_args  # type: ignore[attr-defined]
         yield srv
 
