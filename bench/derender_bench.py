@@ -52,7 +52,7 @@ VLLM = {"tokens": 2960, "parser_stream_s": 160.0, "parser_stream_s_8_per_call": 
         "non_streaming_ms": 52.0, "parser_call_ms_start": 6.0, "parser_call_ms_end": 109.0}
 TARGETS = {"latency_4000_over_100": 1.3, "in_memory_over_decodestream_per_token": 10.0,
            "in_memory_stream_over_non_streaming": 2.0, "http_over_vllm_plain": 1.0, "vllm_parser_over_http": 30.0}
-POSITIONS = (100, 1000, 4000)
+POSITIONS = (100, 500, 1000, 2000, 2700, 3200, 3800, 4000)  # 100, 1,000 and 4,000 carry the targets
 WINDOW = 24  # chunks measured around each position
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object", "properties": {
@@ -233,8 +233,6 @@ def _best_cpu(f: Callable[[], None], repeats: int) -> float:
 def http_stream(tok: Any, ids: list[int], prompt: list[int], size: int = 1) -> dict[str, Any]:
     """One streaming derender over HTTP against a real ``launch render`` process. The client is
     ``http.client`` on one keep-alive connection (a thin client: the figure is the server's)."""
-    import http.client
-
     from server.assets import ensure
     from tests.support.server_proc import ServerProcess
 
@@ -242,29 +240,38 @@ def http_stream(tok: Any, ids: list[int], prompt: list[int], size: int = 1) -> d
             "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--state-secret", "bench-secret",
             "--log-level", "warning"]
     with ServerProcess(args, preamble="import sys\nsys.modules['torch'] = None\n") as srv:
-        host, port = srv.url.rsplit("/", 1)[-1].rsplit(":", 1)
-        conn = http.client.HTTPConnection(host, int(port), timeout=30)
-        headers = {"content-type": "application/json"}
-        chunks = _chunks(ids, size)
-        calls: list[float] = []
-        state = None
-        t0 = time.perf_counter()
-        for k, piece in enumerate(chunks):
-            body = orjson.dumps({"stream": True, "model": "bench", "stream_state": state, "prompt_token_ids": prompt,
-                                 "chat_request": CHAT_REQUEST, "generate_chunk": {
-                                     "request_id": "chatcmpl-http", "choices": [{
-                                         "index": 0, "token_ids": piece,
-                                         "finish_reason": "stop" if k == len(chunks) - 1 else None}]}})
-            t = time.perf_counter()
-            conn.request("POST", "/v1/chat/completions/derender", body=body, headers=headers)
-            r = conn.getresponse()
-            data = r.read()
-            calls.append(time.perf_counter() - t)
-            if r.status != 200:
-                raise RuntimeError(f"HTTP {r.status}: {data[:500]!r}")
-            state = orjson.loads(data)["stream_state"]
-        total = time.perf_counter() - t0
-        conn.close()
+        return stream_over_http(srv.url, ids, prompt, size)
+
+
+def stream_over_http(url: str, ids: list[int], prompt: list[int], size: int = 1) -> dict[str, Any]:
+    """The streaming derender of ``ids`` at the render server ``url`` (tokenwire's, or vLLM's: same
+    wire; served model name ``bench``, hermes + qwen3 parsers), ``size`` tokens per call, the state
+    echoed back each call."""
+    import http.client
+
+    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
+    conn = http.client.HTTPConnection(host, int(port), timeout=600)
+    headers = {"content-type": "application/json"}
+    chunks = _chunks(ids, size)
+    calls: list[float] = []
+    state = None
+    t0 = time.perf_counter()
+    for k, piece in enumerate(chunks):
+        body = orjson.dumps({"stream": True, "model": "bench", "stream_state": state, "prompt_token_ids": prompt,
+                             "chat_request": CHAT_REQUEST, "generate_chunk": {
+                                 "request_id": "chatcmpl-http", "choices": [{
+                                     "index": 0, "token_ids": piece,
+                                     "finish_reason": "stop" if k == len(chunks) - 1 else None}]}})
+        t = time.perf_counter()
+        conn.request("POST", "/v1/chat/completions/derender", body=body, headers=headers)
+        r = conn.getresponse()
+        data = r.read()
+        calls.append(time.perf_counter() - t)
+        if r.status != 200:
+            raise RuntimeError(f"HTTP {r.status}: {data[:500]!r}")
+        state = orjson.loads(data)["stream_state"]
+    total = time.perf_counter() - t0
+    conn.close()
     n = len(chunks)
     return {"tokens": len(ids), "calls": n, "client": "http.client, one keep-alive connection",
             "total_s": round(total, 3),
@@ -293,7 +300,9 @@ def main(argv: list[str] | None = None) -> int:
                     "note": "shared development machine unless stated otherwise"},
         "stream": {"tokens": len(ids), "tokenizer": "qwen3", "parsers": ["hermes", "qwen3"],
                    "positions": list(POSITIONS),
-                   "phases": {"100": "reasoning", "1000": "reasoning", "4000": "tool-call arguments (unfinished call)"},
+                   "phases": {"100": "reasoning", "500": "reasoning", "1000": "reasoning", "2000": "reasoning",
+                              "2700": "reasoning", "3200": "content", "3800": "tool-call arguments",
+                              "4000": "tool-call arguments (unfinished call)"},
                    "layout": "2,800 reasoning + 700 content + a tool call; ends inside its arguments"},
         "vllm_0_32": VLLM, "targets": TARGETS,
     }

@@ -1,0 +1,303 @@
+"""Concurrent streaming sessions: what the server adds to every token, over WebSocket and over SSE,
+as the number of streams grows.
+
+Behind one ``tokenwire launch render --engine-url`` process sits a paced engine (bench/paced_engine.py:
+no model, one token per stream per ``--step-ms`` on a shared step clock, each emission time
+recorded), so what is measured is the server, not a model. For each concurrency ``c``, in the same
+run, with the same engine:
+
+- ``direct``: ``c`` SSE streams straight from the engine's ``/inference/v1/generate`` (the baseline:
+  the engine's pacing, the client, and the loopback, with no server between);
+- ``sse``: ``c`` ``POST /v1/chat/completions`` streams through the server (render → engine →
+  incremental derender → SSE), one HTTP connection each;
+- ``ws``: ``c`` WebSocket sessions (``/v1/session``), one ``chat`` frame each (the same render →
+  engine → derender, framed as ``chat.delta``).
+
+Per mode: time to first token (which includes waiting for the engine's next step, up to one
+``--step-ms``); latency to the engine (the request's arrival at the engine minus its sending:
+connection, render and the call to the engine); inter-token latency (gaps between a stream's content chunks at
+the client); one-way delivery latency per token (client receive time minus the engine's emission
+time of that token, both ``CLOCK_MONOTONIC``); the server's CPU time per token (from ``/proc``,
+the whole run including each request's render and engine call, less the server's idle rate
+measured before the first level). "Added by the server" is a mode's figure minus
+``direct``'s. Sessions and connections are opened before the clock starts; the ``c`` requests are
+sent spread evenly over ``--ramp-s`` (arrivals, not one burst), and each stream runs ``--tokens``. Prints one JSON document (also written to ``--out``).
+
+    .venv/bin/python -m bench.streams_bench [--concurrency 1 16 64 256] [--tokens 32] [--step-ms 100]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from bench.loopback import (
+    PacedEngineProcess,
+    SseStream,
+    cpu_seconds,
+    event_loop_policy,
+    pct,
+    raise_fd_limit,
+    render_server,
+)
+
+MODES = ("direct", "sse", "ws")
+
+
+@dataclass
+class Stream:
+    key: str = ""  # the engine's request id
+    sent_ns: int = 0
+    recv_ns: list[int] = field(default_factory=list)  # one per content token
+
+
+def _chat_body(i: int, tokens: int) -> dict[str, Any]:
+    return {"model": "bench", "messages": [{"role": "user", "content": f"Stream {i}: tell me a story."}],
+            "max_tokens": tokens, "temperature": 0}
+
+
+def _content_chunk(chunk: dict[str, Any]) -> bool:
+    choices = chunk.get("choices")
+    return bool(choices) and bool(choices[0].get("delta", {}).get("content"))
+
+
+async def _arrive(i: int, c: int, ramp_s: float) -> None:
+    """Request ``i`` of ``c`` is sent ``i / c`` of the way through the ramp (arrivals spread evenly)."""
+    if ramp_s > 0 and i:
+        await asyncio.sleep(ramp_s * i / c)
+
+
+async def _direct(engine_url: str, c: int, tokens: int, ramp_s: float, tag: str) -> list[Stream]:
+    conns = [await SseStream.connect(engine_url) for _ in range(c)]
+    streams = [Stream(key=f"{tag}-{i}") for i in range(c)]
+
+    async def read(conn: SseStream, s: Stream) -> None:
+        async for data in conn.events():
+            if data == b"[DONE]":
+                break
+            now = time.monotonic_ns()
+            for ch in orjson.loads(data)["choices"]:
+                s.recv_ns += [now] * len(ch["token_ids"])
+        conn.close()
+
+    async def one(i: int, conn: SseStream, s: Stream) -> None:
+        body = orjson.dumps({"request_id": s.key, "token_ids": list(range(100, 120)), "stream": True,
+                             "sampling_params": {"max_tokens": tokens, "output_kind": 1}})
+        await _arrive(i, c, ramp_s)
+        s.sent_ns = time.monotonic_ns()
+        conn.send("/inference/v1/generate", body)
+        await read(conn, s)
+
+    await asyncio.gather(*(one(i, conn, s) for i, (conn, s) in enumerate(zip(conns, streams, strict=True))))
+    return streams
+
+
+async def _sse(server_url: str, c: int, tokens: int, ramp_s: float) -> list[Stream]:
+    conns = [await SseStream.connect(server_url) for _ in range(c)]
+    streams = [Stream() for _ in range(c)]
+
+    async def read(conn: SseStream, s: Stream) -> None:
+        async for data in conn.events():
+            if data == b"[DONE]":
+                break
+            chunk = orjson.loads(data)
+            if _content_chunk(chunk):
+                s.recv_ns.append(time.monotonic_ns())
+                s.key = chunk["id"]
+        conn.close()
+
+    async def one(i: int, conn: SseStream, s: Stream) -> None:
+        body = orjson.dumps({**_chat_body(i, tokens), "stream": True})
+        await _arrive(i, c, ramp_s)
+        s.sent_ns = time.monotonic_ns()
+        conn.send("/v1/chat/completions", body)
+        await read(conn, s)
+
+    await asyncio.gather(*(one(i, conn, s) for i, (conn, s) in enumerate(zip(conns, streams, strict=True))))
+    return streams
+
+
+async def _ws(ws_url: str, c: int, tokens: int, ramp_s: float) -> list[Stream]:
+    from websockets.asyncio.client import connect
+
+    async def open_one() -> Any:
+        ws = await connect(ws_url + "/v1/session", subprotocols=["tokenwire.v1"], max_size=1 << 24,  # type: ignore[list-item]
+                           open_timeout=60, ping_interval=None)
+        await ws.recv()  # session.created
+        return ws
+
+    sockets = []
+    for start in range(0, c, 100):
+        sockets += await asyncio.gather(*(open_one() for _ in range(start, min(c, start + 100))))
+    streams = [Stream() for _ in range(c)]
+
+    async def read(ws: Any, s: Stream) -> None:
+        while True:
+            frame = orjson.loads(await ws.recv())
+            now = time.monotonic_ns()
+            kind = frame["type"]
+            if kind == "chat.delta":
+                for chunk in frame["chunks"]:
+                    if _content_chunk(chunk):
+                        s.recv_ns.append(now)
+                        s.key = chunk["id"]
+            elif kind in ("chat.done", "error"):
+                if kind == "error":
+                    raise RuntimeError(f"error frame: {frame}")
+                break
+        await ws.close()
+
+    async def one(i: int, ws: Any, s: Stream) -> None:
+        frame = orjson.dumps({"type": "chat", "id": "s", "body": _chat_body(i, tokens)}).decode()
+        await _arrive(i, c, ramp_s)
+        s.sent_ns = time.monotonic_ns()
+        await ws.send(frame)
+        await read(ws, s)
+
+    await asyncio.gather(*(one(i, ws, s) for i, (ws, s) in enumerate(zip(sockets, streams, strict=True))))
+    return streams
+
+
+def summarize(streams: list[Stream], engine_times: tuple[dict[str, int], dict[str, list[int]]], tokens: int,
+              wall_s: float, server_cpu_s: float | None, idle_cpu_per_s: float = 0.0) -> dict[str, Any]:
+    arrivals, emissions = engine_times
+    ttft, to_engine, itl, delivery = [], [], [], []
+    complete = aligned = 0
+    for s in streams:
+        if s.recv_ns:
+            ttft.append((s.recv_ns[0] - s.sent_ns) / 1e6)
+        if s.key in arrivals:
+            to_engine.append((arrivals[s.key] - s.sent_ns) / 1e6)
+        itl += [(b - a) / 1e6 for a, b in zip(s.recv_ns, s.recv_ns[1:], strict=False)]
+        complete += len(s.recv_ns) == tokens
+        emitted = emissions.get(s.key, [])
+        if len(emitted) == len(s.recv_ns) == tokens:
+            aligned += 1
+            delivery += [(r - e) / 1e6 for r, e in zip(s.recv_ns, emitted, strict=True)]
+    n_tokens = sum(len(s.recv_ns) for s in streams)
+
+    def q(values: list[float]) -> dict[str, float]:
+        return {"p50": round(pct(values, 0.5), 3), "p99": round(pct(values, 0.99), 3)}
+
+    out: dict[str, Any] = {"streams": len(streams), "complete_streams": complete, "aligned_streams": aligned,
+                           "tokens": n_tokens, "wall_s": round(wall_s, 3), "tok_per_s": round(n_tokens / wall_s, 1),
+                           "ttft_ms": q(ttft), "to_engine_ms": q(to_engine), "itl_ms": q(itl), "delivery_ms": q(delivery)}
+    if server_cpu_s is not None:
+        busy = max(server_cpu_s - idle_cpu_per_s * wall_s, 0.0)  # less what the server spends idle
+        out["server_cpu_s"] = round(server_cpu_s, 4)
+        out["server_cpu_us_per_token"] = round(busy / max(n_tokens, 1) * 1e6, 1)
+    return out
+
+
+async def idle_cpu_rate(pid: int, seconds: float = 3.0) -> float:
+    """CPU seconds per second the server spends with nothing to do (timers, keep-alive)."""
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    await asyncio.sleep(seconds)
+    return (cpu_seconds(pid) - c0) / (time.perf_counter() - t0)
+
+
+async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int, c: int, tokens: int,
+                    ramp_s: float, order: tuple[str, ...], tag: str, idle: float) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for mode in order:
+        engine.emissions()  # forget earlier runs
+        cpu0, t0 = cpu_seconds(server_pid), time.perf_counter()
+        if mode == "direct":
+            streams = await _direct(engine.url, c, tokens, ramp_s, tag)
+        elif mode == "sse":
+            streams = await _sse(server_url, c, tokens, ramp_s)
+        else:
+            streams = await _ws("ws" + server_url[len("http"):], c, tokens, ramp_s)
+        wall = time.perf_counter() - t0
+        cpu = cpu_seconds(server_pid) - cpu0
+        out[mode] = summarize(streams, engine.emissions(), tokens, wall, None if mode == "direct" else cpu, idle)
+        await asyncio.sleep(0.3)
+    return out
+
+
+def added(level: dict[str, Any]) -> dict[str, Any]:
+    """Each through-server mode's latency minus the direct baseline's, per quantile (ms)."""
+    base = level["direct"]
+    return {mode: {metric: {q: round(level[mode][metric][q] - base[metric][q], 3) for q in ("p50", "p99")}
+                   for metric in ("itl_ms", "delivery_ms", "to_engine_ms")}
+            for mode in ("sse", "ws") if mode in level}
+
+
+async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, levels: list[int], tokens: int,
+                  ramp_s: float, rounds: int) -> tuple[float, list[dict[str, Any]]]:
+    await _sse(server_url, 2, 4, 0)  # warm-up: first render, first engine connection
+    await _ws("ws" + server_url[len("http"):], 2, 4, 0)
+    idle = await idle_cpu_rate(server_pid)
+    results = []
+    for c in levels:
+        per_round = []
+        for r in range(rounds):
+            order = ("direct", "sse", "ws") if r % 2 == 0 else ("direct", "ws", "sse")
+            print(f"  streams c={c} round {r + 1}/{rounds}", file=sys.stderr, flush=True)
+            per_round.append(await run_level(engine, server_url, server_pid, c, tokens, ramp_s, order,
+                                             f"d{c}r{r}", idle))
+        level = _median_round(per_round)
+        results.append({"concurrency": c, **level, "added_by_server_ms": added(level),
+                        "rounds": per_round if rounds > 1 else None})
+    return idle, results
+
+
+def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round whose WS delivery p50 is the median (one consistent round, not a mix of figures)."""
+    if len(rounds) == 1:
+        return rounds[0]
+    ordered = sorted(rounds, key=lambda r: r["ws"]["delivery_ms"]["p50"])
+    return ordered[len(ordered) // 2]
+
+
+def run(model: Path, levels: list[int], tokens: int, step_ms: float, ramp_s: float, rounds: int) -> dict[str, Any]:
+    raise_fd_limit(4 * max(levels) + 1024)
+    with PacedEngineProcess(model, step_ms=step_ms) as engine, render_server(model, engine.url) as srv:
+        assert srv.proc is not None
+        with event_loop_policy() as loop:
+            idle, results = asyncio.run(measure(engine, srv.url, srv.proc.pid, levels, tokens, ramp_s, rounds))
+    return {"benchmark": "streaming_sessions", "model": model.name, "tokens_per_stream": tokens,
+            "engine_step_ms": step_ms, "ramp_s": ramp_s, "rounds": rounds, "client_loop": loop,
+            "server_idle_cpu_ms_per_s": round(idle * 1e3, 3),
+            "server": "tokenwire launch render --engine-url (paced engine, no model)",
+            "modes": {"direct": "SSE straight from the paced engine (baseline)",
+                      "sse": "POST /v1/chat/completions stream through the server",
+                      "ws": "chat frames on /v1/session through the server, one session per stream"},
+            "results": results}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", default=None, help="model directory (tokenizer); default: the embedded SmolLM2")
+    p.add_argument("--concurrency", type=int, nargs="+", default=[1, 16, 64, 256])
+    p.add_argument("--tokens", type=int, default=32, help="tokens per stream")
+    p.add_argument("--step-ms", type=float, default=100.0, help="paced engine step (one token per stream per step)")
+    p.add_argument("--ramp-s", type=float, default=1.0, help="spread the requests' sending over this many seconds")
+    p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--out", default=None)
+    a = p.parse_args(argv)
+    if a.model:
+        model = Path(a.model)
+    else:
+        from server.assets import ensure
+
+        model = ensure("smollm2-135m-instruct")
+    result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds)
+    text = json.dumps(result, indent=2)
+    print(text)
+    if a.out:
+        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(a.out).write_text(text + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
