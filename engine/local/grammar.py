@@ -33,6 +33,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -76,7 +77,11 @@ class Grammars:
         self._compiler: Any = None
         self._cache: OrderedDict[str, Any] = OrderedDict()
         self.compiled = 0  # grammars compiled (cache misses), for stats and tests
+        # engine-thread work on constrained rows: rows masked, seconds masking + advancing
+        self.rows_masked = 0
+        self.mask_seconds = 0.0
         self._bitmask: torch.Tensor | None = None
+        self._json_words = torch.empty(0, dtype=torch.int32)
         self._xgr: Any = None
 
     # --- any thread ----------------------------------------------------------------------------
@@ -144,6 +149,7 @@ class Grammars:
                     "directory; see the server log.") from exc
             vocab = max(self.vocab_size, len(tokenizer))
             info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab)
+            self._json_words = _json_text_words(info.decoded_vocab, vocab)
             self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
             self._xgr = xgr
             self.vocab_size = vocab
@@ -161,6 +167,7 @@ class Grammars:
     def constrain(self, logits: torch.Tensor, rows: Sequence[Any], indices: list[int]) -> None:
         """Mask ``logits[indices]`` (float32, ``[batch, vocab]``) to what each row's grammar allows
         next. ``rows[j]`` is the sequence at ``indices[j]``."""
+        start = time.perf_counter()
         bitmask = self._bitmask_for(logits.shape[0])
         for seq, i in zip(rows, indices, strict=True):
             matcher = self._matcher_of(seq)
@@ -170,13 +177,18 @@ class Grammars:
                     bitmask[i, tok // 32] |= _bit(tok % 32)
             else:
                 matcher.fill_next_token_bitmask(bitmask, i)
+                if seq.group.grammar.spec.kind in _JSON_KINDS:
+                    bitmask[i] &= self._json_words
         width = min(logits.shape[-1], self.vocab_size)
         self._xgr.apply_token_bitmask_inplace(logits, bitmask, indices=indices, vocab_size=width)
         if logits.shape[-1] > width:  # padded vocabulary rows the tokenizer never produces
             logits[indices, width:] = float("-inf")
+        self.rows_masked += len(indices)
+        self.mask_seconds += time.perf_counter() - start
 
     def advance(self, rows: Sequence[Any], tokens: Sequence[int]) -> None:
         """Each constrained row's matcher accepts the token just sampled for it."""
+        start = time.perf_counter()
         for seq, tok in zip(rows, tokens, strict=True):
             matcher = seq.matcher
             if matcher is None or matcher is _REFUSED:
@@ -187,6 +199,7 @@ class Grammars:
                 log.warning("structured outputs: request %s sampled token %d outside its grammar",
                             seq.group.external_id, tok)
                 seq.matcher = _REFUSED
+        self.mask_seconds += time.perf_counter() - start
 
     def _matcher_of(self, seq: Any) -> Any | None:
         matcher = seq.matcher
@@ -217,6 +230,26 @@ _WHAT = {"json": "JSON schema", "json_object": "JSON object constraint", "regex"
          "choice": "list of choices", "grammar": "EBNF grammar"}
 
 
+_JSON_KINDS = ("json", "json_object")
+# Control characters JSON text never holds raw (inside strings they must be escaped; between
+# tokens only space, tab, LF and CR are whitespace, and tab is never needed).
+_NOT_IN_JSON = frozenset(range(32)) - {10, 13}
+
+
+def _json_text_words(decoded_vocab: Sequence[bytes], vocab: int) -> torch.Tensor:
+    """A bitmask row allowing every token but those holding a raw control character (LF and CR
+    aside). xgrammar 0.2.9 lets a string with ``minLength`` / ``maxLength`` take any character but
+    a quote, a backslash, CR and LF, so a tab or another control character could land raw inside
+    it, which is not JSON; JSON rows are ANDed with this row. Nothing JSON needs is lost."""
+    allowed = torch.ones(((vocab + 31) // 32) * 32, dtype=torch.bool)
+    for tok, text in enumerate(decoded_vocab):
+        if any(b in _NOT_IN_JSON for b in text):
+            allowed[tok] = False
+    weights = torch.tensor([_bit(i) for i in range(32)], dtype=torch.int64)
+    words = (allowed.view(-1, 32).to(torch.int64) * weights).sum(dim=1)
+    return words.to(torch.int32)
+
+
 def _bit(i: int) -> int:
     """Bit ``i`` of an int32 word (bit 31 is the sign bit)."""
     return (1 << i) - (1 << 32) if i == 31 else 1 << i
@@ -225,7 +258,7 @@ def _bit(i: int) -> int:
 def _compile(compiler: Any, spec: StructuredSpec) -> Any:
     ws = MAX_WHITESPACE if spec.any_whitespace else None
     if spec.kind == "json":
-        return compiler.compile_json_schema(json.dumps(enforceable(spec.value)), any_whitespace=spec.any_whitespace,
+        return compiler.compile_json_schema(json.dumps(spec.value), any_whitespace=spec.any_whitespace,
                                             max_whitespace_cnt=ws)
     if spec.kind == "json_object":
         # JSON mode: an object (what OpenAI's json_object promises), any content inside.
@@ -238,38 +271,3 @@ def _compile(compiler: Any, spec: StructuredSpec) -> Any:
             "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in spec.value))
     return compiler.compile_grammar(spec.value)
 
-
-# Characters a JSON string may hold unescaped (as a regex class for xgrammar's JSON-string regexes).
-_PLAIN_CHAR = '[^\\u0000-\\u001f"\\\\]'
-_SUBSCHEMA_MAPS = ("properties", "$defs", "definitions", "patternProperties")
-_SUBSCHEMAS = ("additionalProperties", "items", "propertyNames", "unevaluatedProperties", "unevaluatedItems")
-_SUBSCHEMA_LISTS = ("anyOf", "oneOf", "allOf", "prefixItems")
-
-
-def enforceable(schema: Any) -> Any:
-    """The schema as handed to xgrammar, rewritten where xgrammar would break JSON.
-
-    xgrammar 0.2.9 builds a string with ``minLength`` / ``maxLength`` from any character but
-    a quote, a backslash and CR/LF, so a tab or another control character could appear raw
-    inside the string (invalid JSON). Such strings become the equivalent ``pattern`` over the
-    characters JSON allows unescaped (same lengths; escapes are not produced).
-    """
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    t = out.get("type")
-    is_string = t == "string" or (isinstance(t, list) and "string" in t)
-    if (is_string and ("minLength" in out or "maxLength" in out)
-            and "pattern" not in out and "format" not in out):
-        lo, hi = out.pop("minLength", 0), out.pop("maxLength", None)
-        out["pattern"] = f"^{_PLAIN_CHAR}{{{int(lo)},{'' if hi is None else int(hi)}}}$"
-    for key in _SUBSCHEMA_MAPS:
-        if isinstance(out.get(key), dict):
-            out[key] = {name: enforceable(sub) for name, sub in out[key].items()}
-    for key in _SUBSCHEMAS:
-        if key in out:
-            out[key] = enforceable(out[key])
-    for key in _SUBSCHEMA_LISTS:
-        if isinstance(out.get(key), list):
-            out[key] = [enforceable(sub) for sub in out[key]]
-    return out

@@ -34,7 +34,14 @@ from session.protocol.openai_messages import (
     fail,
     is_token,
 )
-from session.protocol.sampling import logit_bias_of, or_default, structured_from_format, vllm_post_init
+from session.protocol.sampling import (
+    logit_bias_of,
+    or_default,
+    response_format_problem,
+    structured_from_format,
+    structured_outputs_problem,
+    vllm_post_init,
+)
 
 __all__ = [
     "ChatCompletionRequest",
@@ -103,6 +110,25 @@ class _SamplingFields(OpenModel):
             raise fail("Stream options can only be defined when `stream=True`.")
         return value
 
+    @field_validator("response_format")
+    @classmethod
+    def _response_format_supported(cls, value: dict[str, Any] | None) -> dict[str, Any] | None:
+        problem = response_format_problem(value) if value is not None else None
+        if problem is not None:
+            raise fail(problem)
+        return value
+
+    @field_validator("structured_outputs")
+    @classmethod
+    def _structured_outputs_supported(cls, value: dict[str, Any] | None,
+                                      info: ValidationInfo) -> dict[str, Any] | None:
+        if value is not None:
+            # response_format's constraint is set on top of this object, as vLLM merges them
+            problem = structured_outputs_problem(value, info.data.get("response_format"))
+            if problem is not None:
+                raise fail(problem)
+        return value
+
     @field_validator("logit_bias")
     @classmethod
     def _logit_bias_keys_are_token_ids(cls, value: dict[str, float] | None) -> dict[str, float] | None:
@@ -150,8 +176,8 @@ class _SamplingFields(OpenModel):
             "logit_bias": logit_bias_of(self.logit_bias),
             "allowed_token_ids": self.allowed_token_ids,
             "bad_words": self.bad_words,
-            "structured_outputs": structured_outputs or self.structured_outputs
-            or structured_from_format(self.response_format),
+            "structured_outputs": structured_outputs
+            or structured_from_format(self.response_format, self.structured_outputs),
             "extra_args": self.vllm_xargs or None,
             "skip_clone": True,
         }

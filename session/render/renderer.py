@@ -17,6 +17,7 @@ import secrets
 from typing import Any
 
 from engine.protocol import GenerateRequest, SamplingParams
+from engine.structured import structured_outputs, unsupported_schema_feature
 from session.errors import ModelNotFound, RenderError
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest, NamedToolChoice
@@ -230,7 +231,8 @@ class Renderer:
             skip = False
             schema = _tool_choice_schema(req)
             if schema is not None:
-                structured = {"json": schema}
+                _check_tool_schemas(req)
+                structured = structured_outputs(json=schema)
         return req.to_sampling_params(max_tokens, skip_special_tokens=skip, structured_outputs=structured)
 
     @staticmethod
@@ -284,3 +286,17 @@ def _tool_choice_schema(req: ChatCompletionRequest) -> dict[str, Any] | None:
     if defs:
         schema["$defs"] = defs
     return schema
+
+
+def _check_tool_schemas(req: ChatCompletionRequest) -> None:
+    """A forced tool call is constrained by the tools' parameter schemas: refuse (400, naming the
+    keyword and the tool) a schema the engine could not enforce."""
+    named = req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
+    for i, tool in enumerate(req.tools or []):
+        if named is not None and tool.function.name != named:
+            continue
+        bad = unsupported_schema_feature(tool.function.parameters or {})
+        if bad is not None:
+            where = f"tools[{i}].function.parameters" + (f".{bad.field}" if bad.field else "")
+            raise RenderError(f"{where} {bad.message} (tool_choice={'required' if named is None else named!r} "
+                              "constrains the output to this schema).", param=f"tools[{i}].function.parameters")
