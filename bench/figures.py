@@ -36,9 +36,9 @@ class Figure:
 
     @property
     def ratio(self) -> float | None:
-        if self.baseline_value in (None, 0):
+        if not self.baseline_value:
             return None
-        return self.value / self.baseline_value  # type: ignore[operator]
+        return self.value / self.baseline_value
 
     @property
     def worse_than_baseline(self) -> bool | None:

@@ -54,7 +54,7 @@ async def measure(ws_url: str, pid: int, steps: list[int]) -> dict[str, Any]:
     await _warm_up(ws_url)
     await asyncio.sleep(SETTLE_S)
     base = rss_bytes(pid)
-    points = [{"sessions": 0, "rss_mib": base / 2**20}]
+    points: list[dict[str, Any]] = [{"sessions": 0, "rss_mib": base / 2**20}]
     sockets: list[Any] = []
     open_s = 0.0
     for target in steps:

@@ -65,7 +65,7 @@ def _chat_body(i: int, tokens: int) -> dict[str, Any]:
 
 
 def _content_chunk(chunk: dict[str, Any]) -> bool:
-    choices = chunk.get("choices")
+    choices = chunk.get("choices") or []
     return bool(choices) and bool(choices[0].get("delta", {}).get("content"))
 
 
