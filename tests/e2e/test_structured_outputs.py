@@ -1,0 +1,136 @@
+"""Structured outputs against a real ``tokenwire serve`` process on a tiny random model: through
+the official ``openai`` SDK (``response_format`` json_schema / json_object, ``tool_choice``
+required and named, a refused schema) and through the WebSocket ``chat`` frame (client_sdk),
+streamed and not."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import openai
+import pytest
+
+import client_sdk
+from tests.e2e.client_support import serve_args
+from tests.support.server_proc import ServerProcess
+from tests.support.structured_suite import MAX_TOKENS, SCHEMAS, TOOLS
+
+pytestmark = pytest.mark.slow
+
+USER = [{"role": "user", "content": "Answer with JSON."}]
+SEEDS = range(12)
+E2E_SCHEMAS = ("nested_objects", "optional_fields", "array_of_objects", "union_and_null")
+
+
+@pytest.fixture(scope="module")
+def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
+    with ServerProcess(serve_args(asset("tiny-qwen3"), "--max-num-seqs", "32")) as srv:
+        yield srv
+
+
+@pytest.fixture(scope="module")
+def oai(server: ServerProcess) -> openai.AsyncOpenAI:
+    return openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+
+
+def fmt(name: str) -> dict[str, Any]:
+    return {"type": "json_schema", "json_schema": {"name": name, "schema": SCHEMAS[name], "strict": True}}
+
+
+async def gather(*coros: Any) -> list[Any]:
+    return list(await asyncio.gather(*coros))
+
+
+@pytest.mark.parametrize("name", E2E_SCHEMAS)
+def test_openai_sdk_json_schema_answers_validate(oai: openai.AsyncOpenAI, name: str) -> None:
+    answers = asyncio.run(gather(*[
+        oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=fmt(name),  # type: ignore[arg-type]
+                                    seed=s, temperature=1.0, max_tokens=MAX_TOKENS) for s in SEEDS]))
+    for answer in answers:
+        choice = answer.choices[0]
+        assert choice.finish_reason == "stop"
+        jsonschema.validate(json.loads(choice.message.content or ""), SCHEMAS[name])
+
+
+def test_openai_sdk_streamed_json_schema_answer_validates(oai: openai.AsyncOpenAI) -> None:
+    async def one(seed: int) -> str:
+        stream = await oai.chat.completions.create(model="tiny-qwen3", messages=USER,  # type: ignore[call-overload]
+                                                   response_format=fmt("array_of_objects"), seed=seed,
+                                                   temperature=1.0, max_tokens=MAX_TOKENS, stream=True)
+        return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+    for text in asyncio.run(gather(*[one(s) for s in SEEDS])):
+        jsonschema.validate(json.loads(text), SCHEMAS["array_of_objects"])
+
+
+def test_openai_sdk_json_object_answers_parse_or_say_length(oai: openai.AsyncOpenAI) -> None:
+    answers = asyncio.run(gather(*[
+        oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format={"type": "json_object"},
+                                    seed=s, temperature=1.0, max_tokens=MAX_TOKENS) for s in SEEDS]))
+    ended = [a.choices[0] for a in answers if a.choices[0].finish_reason == "stop"]
+    assert all(a.choices[0].finish_reason == "length" for a in answers if a.choices[0] not in ended)
+    assert ended and all(isinstance(json.loads(c.message.content or ""), dict) for c in ended)
+
+
+def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(oai: openai.AsyncOpenAI) -> None:
+    answers = asyncio.run(gather(*[
+        oai.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Weather in Oslo?"}],
+                                    tools=TOOLS, tool_choice="required", seed=s, temperature=1.0,  # type: ignore[arg-type]
+                                    max_tokens=MAX_TOKENS) for s in SEEDS]))
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+    for answer in answers:
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls"
+        assert choice.message.tool_calls
+        for call in choice.message.tool_calls:
+            assert call.type == "function" and call.function.name in params
+            jsonschema.validate(json.loads(call.function.arguments), params[call.function.name])
+
+
+def test_openai_sdk_named_tool_choice_calls_that_tool(oai: openai.AsyncOpenAI) -> None:
+    named = {"type": "function", "function": {"name": "add"}}
+    answer = asyncio.run(oai.chat.completions.create(
+        model="tiny-qwen3", messages=[{"role": "user", "content": "2+3?"}], tools=TOOLS,  # type: ignore[arg-type]
+        tool_choice=named, seed=3, temperature=1.0, max_tokens=MAX_TOKENS))  # type: ignore[arg-type]
+    calls = answer.choices[0].message.tool_calls or []
+    assert [c.function.name for c in calls] == ["add"]
+    jsonschema.validate(json.loads(calls[0].function.arguments), TOOLS[1]["function"]["parameters"])
+
+
+def test_openai_sdk_unsupported_schema_is_a_400_naming_the_keyword(oai: openai.AsyncOpenAI) -> None:
+    bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
+        "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}
+    with pytest.raises(openai.BadRequestError) as info:
+        asyncio.run(oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=bad,  # type: ignore[arg-type]
+                                                max_tokens=8))
+    assert "uniqueItems" in str(info.value.message)
+    assert "properties.tags" in str(info.value.message)
+
+
+def test_websocket_chat_frame_answers_validate_streamed_and_not(server: ServerProcess) -> None:
+    body = {"messages": USER, "response_format": fmt("nested_objects"), "temperature": 1.0, "max_tokens": MAX_TOKENS}
+
+    async def main() -> tuple[list[str], list[str]]:
+        async with client_sdk.connect(server.url) as client:
+            assert client.transport == "websocket"
+
+            async def streamed(seed: int) -> str:
+                stream = await client.chat.completions.create(**body, seed=seed, stream=True)
+                return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+
+            async def whole(seed: int) -> str:
+                answer = await client.chat.completions.create(**body, seed=seed)
+                assert answer.choices[0].finish_reason == "stop"
+                return answer.choices[0].message.content or ""
+
+            return (await gather(*[streamed(s) for s in SEEDS]), await gather(*[whole(s) for s in SEEDS]))
+
+    streamed, whole = asyncio.run(main())
+    assert streamed == whole  # the same seeded generations, streamed or not
+    for text in streamed:
+        jsonschema.validate(json.loads(text), SCHEMAS["nested_objects"])
