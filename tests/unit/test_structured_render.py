@@ -195,3 +195,14 @@ def test_a_tool_schema_the_engine_cannot_enforce_is_refused_naming_the_tool(qwen
     # a named choice only constrains to its own tool's schema
     named = {"type": "function", "function": {"name": "get_weather"}}
     assert r.render_chat(chat(tools=tools, tool_choice=named)).sampling_params.structured_outputs
+
+
+def test_the_engine_request_carries_the_field_unchanged_to_a_remote_engine() -> None:
+    # RemoteEngine posts GenerateRequest.to_wire(): the field survives a JSON round trip as is.
+    from engine.protocol import GenerateRequest
+
+    so = structured_outputs(json=SCHEMAS["nested_objects"], disable_any_whitespace=True)
+    req = GenerateRequest.model_validate({"token_ids": [1, 2], "sampling_params": {"structured_outputs": so}})
+    again = GenerateRequest.model_validate_json(GenerateRequest.model_validate(req.to_wire()).model_dump_json())
+    assert req.to_wire()["sampling_params"]["structured_outputs"] == so
+    assert again.sampling_params.structured_outputs == so
