@@ -17,6 +17,7 @@ from starlette.routing import Route as StarletteRoute
 from starlette.routing import WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from server import metrics
 from server.context import ServerContext
 from server.errors import ApiError, error_response
 from server.routes import Route
@@ -31,12 +32,13 @@ ROUTE_MODULES = (
     "server.routes.generate",
     "server.routes.pipeline",
     "server.routes.playground",
+    "server.routes.metrics",
 )
 # Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
 WEBSOCKET_MODULES: tuple[str, ...] = ("server.ws",)
 
 # Paths anyone may read without an API key.
-PUBLIC_PATHS = frozenset({"/health", "/version", "/", "/openapi.json"})
+PUBLIC_PATHS = frozenset({"/health", "/version", "/", "/openapi.json", "/metrics"})
 PUBLIC_PREFIXES = ("/static/",)
 
 
@@ -61,9 +63,11 @@ def _wrap(route: Route) -> Any:
 
     async def endpoint(request: Request) -> Response:
         try:
-            return await route.endpoint(request)
+            response = await route.endpoint(request)
         except Exception as exc:  # translated once, here; never str(exc) to the client
-            return error_response(exc, flavor=flavor)
+            response = error_response(exc, flavor=flavor)
+        metrics.http_request(route.path, response.status_code)
+        return response
 
     endpoint.__name__ = getattr(route.endpoint, "__name__", "endpoint")
     return endpoint
@@ -147,6 +151,7 @@ def create_app(ctx: ServerContext) -> Starlette:
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={404: _not_found, 405: _method_not_allowed})
     app.state.ctx = ctx
+    metrics.ENGINE.watch(ctx.engine)
     return app
 
 

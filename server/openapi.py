@@ -210,6 +210,8 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
             ok: dict[str, Any] = {"description": "OK"}
             if route.response_model is not None:
                 ok["content"] = {"application/json": {"schema": _schema(route.response_model, defs)}}
+            if route.content_type is not None:
+                ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
             if route.streams:
                 ok.setdefault("content", {})["text/event-stream"] = {"schema": {"$ref": "#/components/schemas/SSEEvent"}}
                 defs["SSEEvent"] = _SSE_EVENT

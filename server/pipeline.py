@@ -35,6 +35,7 @@ import anyio.to_thread
 from engine.errors import EngineUnavailable
 from engine.interface import Engine, EngineOutput
 from engine.protocol import GenerateRequest, GenerateResponse, UsageInfo
+from server import metrics
 from server.context import ServerContext
 from server.http import validate
 from server.routes.derender import state_codec_of
@@ -120,7 +121,7 @@ class Pipeline:
         return [await anyio.to_thread.run_sync(self.renderer.render_messages, msgs)]
 
     def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
-        return self.engine.generate(request)
+        return metrics.generate(self.engine, request)
 
     # --- whole pipelines ----------------------------------------------------------------------
     async def complete(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
@@ -194,7 +195,7 @@ class Pipeline:
         finish: dict[int, tuple[str | None, Any]] = {}
         watch = _StopWatch(d) if req.sampling_params.stop else None
         usage: UsageInfo | None = None
-        agen = self.engine.generate(req)
+        agen = metrics.generate(self.engine, req)
         try:
             async for out in agen:
                 for c in out.choices:
@@ -314,7 +315,7 @@ class PipelineStream:
         engine = self.pipeline.engine
         try:
             for req in self.prep.requests:
-                run = _EngineRun(engine.generate(req))
+                run = _EngineRun(metrics.generate(engine, req))
                 self._runs.append(run)
                 await run.prime()
         except BaseException:

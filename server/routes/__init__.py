@@ -28,3 +28,4 @@ class Route:
     streams: bool = False  # answers text/event-stream when the body says stream: true
     tags: tuple[str, ...] = ()
     responses: tuple[tuple[int, str, Any], ...] = ()  # other JSON answers: (status, description, model)
+    content_type: str | None = None  # the media type of a non-JSON answer (e.g. text/plain)

@@ -24,6 +24,7 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server import metrics
 from server.context import ServerContext
 from server.gating import RouteGroup
 from server.http import read_json, validate
@@ -59,8 +60,10 @@ def derender_service_of(ctx: ServerContext) -> DerenderService:
     s = ctx.settings
     parsers = resolve_parsers(s.tool_call_parser, s.reasoning_parser,
                               enable_auto_tool_choice=s.enable_auto_tool_choice)
-    return DerenderService(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
-                           parsers=parsers, codec=ctx.service(state_codec_of))
+    service = DerenderService(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
+                              parsers=parsers, codec=ctx.service(state_codec_of))
+    return metrics.time_methods(service, metrics.DERENDER_SECONDS,  # type: ignore[no-any-return]
+                                ("chat", "chat_stream", "completion", "completion_stream"))
 
 
 def prepare(ctx: ServerContext) -> None:

@@ -38,6 +38,7 @@ from engine.protocol import (
     UsageInfo,
     generate_response_id,
 )
+from server import metrics
 from server.context import ServerContext
 from server.errors import ApiError, openai_error_body, to_api_error
 from server.gating import RouteGroup
@@ -71,7 +72,7 @@ async def generate(request: Request) -> Response:
         req = req.model_copy(update={"request_id": secrets.token_hex(8)})
     assert req.request_id is not None
     response_id = generate_response_id(req.request_id)
-    outputs = engine.generate(req)
+    outputs = metrics.generate(engine, req)
     if req.stream:
         # Wait for the first step before sending headers, so admission and validation errors are
         # still plain HTTP errors; a client that leaves meanwhile aborts the request.

@@ -26,6 +26,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.protocol import GenerateRequest
+from server import metrics
 from server.context import ServerContext
 from server.gating import RouteGroup
 from server.http import read_json, validate
@@ -42,9 +43,11 @@ def renderer_of(ctx: ServerContext) -> Renderer:
     """The process's renderer (a ``ctx.service`` factory): the model's tokenizer, its chat
     template or ``--chat-template``, and the tool-choice flags."""
     s = ctx.settings
-    return Renderer(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
-                    chat_template=s.chat_template, tool_call_parser=s.tool_call_parser,
-                    enable_auto_tool_choice=s.enable_auto_tool_choice)
+    renderer = Renderer(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
+                        chat_template=s.chat_template, tool_call_parser=s.tool_call_parser,
+                        enable_auto_tool_choice=s.enable_auto_tool_choice)
+    return metrics.time_methods(renderer, metrics.RENDER_SECONDS,  # type: ignore[no-any-return]
+                                ("render_chat", "render_completion", "render_messages"))
 
 
 def prepare(ctx: ServerContext) -> None:

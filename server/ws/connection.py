@@ -26,15 +26,26 @@ import anyio.to_thread
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from engine.errors import EngineShutDown
+from server import metrics
 from server.errors import to_api_error
 from server.limits import Limiter, admitted
 from server.shutdown import Drain
 from server.ws.outbox import Outbox
 from server.ws.work import Stages, run
-from session.actions import Action, Cancel, Close, Send, Start
+from session.actions import (
+    Action,
+    Cancel,
+    Close,
+    Send,
+    Start,
+    StartDerender,
+    StartGenerate,
+    StartPipeline,
+    StartRender,
+)
 from session.errors import StateError
 from session.machine import Session, SessionState
-from session.server_frames import ErrorInfo, ServerFrame
+from session.server_frames import ErrorFrame, ErrorInfo, ServerFrame
 
 log = logging.getLogger("tokenwire.ws")
 
@@ -46,6 +57,7 @@ _CODE_BY_STATUS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden"
                    500: "internal_error", 502: "engine_unavailable", 503: "overloaded",
                    504: "engine_timeout"}
 _SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
+_FRAME_OF = {StartRender: "render", StartGenerate: "generate", StartDerender: "derender"}
 
 
 def error_info(exc: BaseException) -> ErrorInfo:
@@ -140,6 +152,7 @@ class Connection:
 
     # -- tasks -------------------------------------------------------------------------------------
     async def _request(self, start: Start, scope: anyio.CancelScope) -> None:
+        metrics.ws_request(start.kind if isinstance(start, StartPipeline) else _FRAME_OF[type(start)])
         error: Exception | None = None
         with scope, self.shutdown.track():
             try:
@@ -218,6 +231,8 @@ class Connection:
         self._tg.cancel_scope.cancel()
 
     async def _send(self, frame: ServerFrame) -> None:
+        if isinstance(frame, ErrorFrame):
+            metrics.error(frame.error["code"], "ws")
         await self.websocket.send_text(self.session.stamp(frame).decode())
 
     async def _timer(self) -> None:

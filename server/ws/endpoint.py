@@ -14,6 +14,7 @@ import anyio
 from starlette.responses import Response
 from starlette.websockets import WebSocket
 
+from server import metrics
 from server.app import api_key_ok
 from server.context import ServerContext
 from server.errors import ApiError, openai_error_body
@@ -77,8 +78,12 @@ async def session_endpoint(websocket: WebSocket) -> None:
     await websocket.accept(subprotocol=decision.subprotocol)
     session = Session(config, now=anyio.current_time(), state_tagger=peek_state)
     key = client_key(dict(websocket.scope["headers"]), websocket.scope.get("client"))
-    await Connection(websocket, session, stages, drain=ctx.service(drain_of),
-                     limits=(ctx.service(limiter_of), key)).run()
+    metrics.session_opened()
+    try:
+        await Connection(websocket, session, stages, drain=ctx.service(drain_of),
+                         limits=(ctx.service(limiter_of), key)).run()
+    finally:
+        metrics.session_closed()
 
 
 async def refuse(websocket: WebSocket, status: int, message: str) -> None:

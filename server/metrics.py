@@ -1,0 +1,177 @@
+"""Prometheus metrics: the one module that owns the metric objects (served at ``GET /metrics``).
+
+Instrumented at the boundaries, each with one call:
+
+- HTTP (``server.app``'s route wrapper): :func:`http_request` — requests by route and status, errors
+  by kind;
+- WebSocket (``server.ws``): :func:`session_opened` / :func:`session_closed`, :func:`ws_request`,
+  :func:`error` — active sessions, request frames by type, errors by kind;
+- generation (every engine call of the pipeline and ``/inference/v1/generate``): :func:`generate`
+  wraps the engine's output iterator — generations in flight, prompt and generated tokens, time to
+  first token, inter-token latency;
+- render and derender (the services' factories): :func:`time_methods` — latency histograms;
+- the engine (read at scrape time, :class:`EngineCollector`): sequences running and waiting (queue
+  depth), steps and the tokens they produced (their ratio is the mean batch size), KV cache bytes.
+
+Metrics live in their own registry (:data:`REGISTRY`), so several apps in one process (tests) share
+it without duplicate registrations; the engine collector reads the engine of the latest app.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+import weakref
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from engine.interface import Engine, EngineOutput
+from engine.protocol import GenerateRequest
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+REGISTRY = CollectorRegistry(auto_describe=True)
+
+# Kinds of error by HTTP status, the WebSocket error codes of docs/protocol.md.
+ERROR_KIND_BY_STATUS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
+                        405: "method_not_allowed", 408: "timeout", 409: "conflict", 413: "too_large",
+                        415: "unsupported_media_type", 422: "invalid_request", 429: "rate_limited",
+                        499: "cancelled", 500: "internal_error", 502: "engine_unavailable", 503: "overloaded",
+                        504: "engine_timeout"}
+
+_LATENCY = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0)
+_TTFT = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0)
+
+HTTP_REQUESTS = Counter("tokenwire_http_requests", "HTTP requests answered, by route and status.",
+                        ["route", "status"], registry=REGISTRY)
+WS_REQUESTS = Counter("tokenwire_ws_requests", "WebSocket request frames started, by frame type.", ["frame"],
+                      registry=REGISTRY)
+ERRORS = Counter("tokenwire_errors", "Errors answered (HTTP 4xx/5xx, WebSocket error frames), by kind.",
+                 ["kind", "transport"], registry=REGISTRY)
+ACTIVE_SESSIONS = Gauge("tokenwire_active_sessions", "WebSocket sessions open.", registry=REGISTRY)
+INFLIGHT_GENERATIONS = Gauge("tokenwire_inflight_generations", "Engine requests in flight.", registry=REGISTRY)
+PROMPT_TOKENS = Counter("tokenwire_prompt_tokens", "Prompt tokens sent to the engine.", registry=REGISTRY)
+GENERATION_TOKENS = Counter("tokenwire_generation_tokens", "Tokens the engine generated.", registry=REGISTRY)
+TIME_TO_FIRST_TOKEN = Histogram("tokenwire_time_to_first_token_seconds",
+                                "From an engine request to its first generated token.", buckets=_TTFT,
+                                registry=REGISTRY)
+INTER_TOKEN_LATENCY = Histogram("tokenwire_inter_token_latency_seconds",
+                                "Between generated tokens of one request (an output of k tokens after t "
+                                "seconds counts k times t/k).", buckets=_LATENCY, registry=REGISTRY)
+RENDER_SECONDS = Histogram("tokenwire_render_seconds", "Render latency (template and tokenizer), by kind.",
+                           ["kind"], buckets=_LATENCY, registry=REGISTRY)
+DERENDER_SECONDS = Histogram("tokenwire_derender_seconds", "Derender service latency, by call.", ["call"],
+                             buckets=_LATENCY, registry=REGISTRY)
+
+
+# -- boundaries ------------------------------------------------------------------------------------------
+def http_request(route: str, status: int) -> None:
+    HTTP_REQUESTS.labels(route, str(status)).inc()
+    if status >= 400:
+        error(ERROR_KIND_BY_STATUS.get(status, "invalid_request" if status < 500 else "internal_error"), "http")
+
+
+def error(kind: str, transport: str) -> None:
+    ERRORS.labels(kind, transport).inc()
+
+
+def ws_request(frame: str) -> None:
+    WS_REQUESTS.labels(frame).inc()
+
+
+def session_opened() -> None:
+    ACTIVE_SESSIONS.inc()
+
+
+def session_closed() -> None:
+    ACTIVE_SESSIONS.dec()
+
+
+async def generate(engine: Engine, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+    """``engine.generate(request)``, measured. Closing this iterator closes (aborts) the engine's."""
+    outputs = engine.generate(request)
+    INFLIGHT_GENERATIONS.inc()
+    PROMPT_TOKENS.inc(len(request.token_ids))
+    started = last = time.perf_counter()
+    first = True
+    try:
+        async for out in outputs:
+            tokens = sum(len(c.token_ids) for c in out.choices)
+            if tokens:
+                now = time.perf_counter()
+                GENERATION_TOKENS.inc(tokens)
+                if first:
+                    TIME_TO_FIRST_TOKEN.observe(now - started)
+                    first = False
+                    tokens -= 1
+                if tokens > 0:
+                    gap = (now - last) / tokens
+                    for _ in range(min(tokens, 64)):  # a coalesced output counts its tokens, up to 64
+                        INTER_TOKEN_LATENCY.observe(gap)
+                last = now
+            yield out
+    finally:
+        INFLIGHT_GENERATIONS.dec()
+        aclose = getattr(outputs, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
+def time_methods(obj: Any, histogram: Histogram, methods: Sequence[str]) -> Any:
+    """Time ``obj``'s ``methods`` into ``histogram`` (labelled by method name, ``render_`` dropped);
+    returns ``obj``, whose instance now holds the timed methods."""
+    for name in methods:
+        setattr(obj, name, _timed(getattr(obj, name), histogram.labels(name.removeprefix("render_"))))
+    return obj
+
+
+def _timed(fn: Callable[..., Any], child: Any) -> Callable[..., Any]:
+    @functools.wraps(fn)
+    def timed(*args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            child.observe(time.perf_counter() - start)
+    return timed
+
+
+# -- the engine, read at scrape time ---------------------------------------------------------------------
+class EngineCollector(Collector):
+    def __init__(self) -> None:
+        self._engine: weakref.ReferenceType[Engine] | None = None
+
+    def watch(self, engine: Engine | None) -> None:
+        self._engine = weakref.ref(engine) if engine is not None else None
+
+    def collect(self) -> Iterable[Metric]:
+        engine = self._engine() if self._engine is not None else None
+        if engine is None:
+            return
+        yield GaugeMetricFamily("tokenwire_engine_live_sequences", "Sequences holding engine memory.",
+                                value=engine.live_sequences())
+        stats_of = getattr(engine, "stats", None)
+        stats: dict[str, Any] = stats_of() if callable(stats_of) else {}
+        gauges = {"running": ("tokenwire_engine_running_requests", "Requests in the running batch."),
+                  "waiting": ("tokenwire_engine_queue_depth", "Requests waiting for admission."),
+                  "kv_cache_bytes": ("tokenwire_engine_kv_cache_bytes", "Bytes of KV cache allocated.")}
+        for key, (name, doc) in gauges.items():
+            if isinstance(stats.get(key), int):
+                yield GaugeMetricFamily(name, doc, value=stats[key])
+        counters = {"steps": ("tokenwire_engine_steps", "Engine steps that generated tokens (batch size = "
+                              "rate(tokenwire_engine_step_tokens_total) / rate(tokenwire_engine_steps_total))."),
+                    "generated_tokens": ("tokenwire_engine_step_tokens", "Tokens generated by engine steps.")}
+        for key, (name, doc) in counters.items():
+            if isinstance(stats.get(key), int):
+                yield CounterMetricFamily(name, doc, value=stats[key])
+
+
+ENGINE = EngineCollector()
+REGISTRY.register(ENGINE)
+
+
+def exposition() -> bytes:
+    return generate_latest(REGISTRY)
