@@ -11,7 +11,8 @@ Instrumented at the boundaries, each with one call:
   first token, inter-token latency;
 - render and derender (the services' factories): :func:`time_methods` — latency histograms;
 - the engine (read at scrape time, :class:`EngineCollector`): sequences running and waiting (queue
-  depth), steps and the tokens they produced (their ratio is the mean batch size), KV cache bytes.
+  depth), steps and the tokens they produced (their ratio is the mean batch size), KV cache bytes;
+- the process: event-loop tasks, resident memory, open file descriptors (leak watching, bench/soak.py).
 
 Metrics live in their own registry (:data:`REGISTRY`), so several apps in one process (tests) share
 it without duplicate registrations; the engine collector reads the engine of the latest app.
@@ -19,13 +20,14 @@ it without duplicate registrations; the engine collector reads the engine of the
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
@@ -169,8 +171,21 @@ class EngineCollector(Collector):
                 yield CounterMetricFamily(name, doc, value=stats[key])
 
 
+class LoopCollector(Collector):
+    """Tasks on the event loop that serves the scrape (a leak shows as a count that only grows)."""
+
+    def collect(self) -> Iterable[Metric]:
+        try:
+            tasks = len(asyncio.all_tasks())
+        except RuntimeError:  # no running loop in this thread
+            return
+        yield GaugeMetricFamily("tokenwire_event_loop_tasks", "Tasks on the server's event loop.", value=tasks)
+
+
 ENGINE = EngineCollector()
 REGISTRY.register(ENGINE)
+REGISTRY.register(LoopCollector())
+ProcessCollector(registry=REGISTRY)  # process_resident_memory_bytes, process_open_fds, CPU seconds
 
 
 def exposition() -> bytes:

@@ -16,9 +16,10 @@ Schema-*invalid* bodies that pydantic's lax mode coerces (``"5"`` or ``false`` f
 vLLM's FastAPI server also accepts) are not failures: the document states the canonical types, so
 schemathesis' ``negative_data_rejection`` is not run.
 
-Bounded for CI: ``TOKENWIRE_FUZZ_EXAMPLES`` (default 10) examples per operation and phase, and
-``TOKENWIRE_FUZZ_SECONDS`` (default 0: no time budget, the fuzzing phase stops after its
-examples) per mode; ``bench/http_fuzz.py`` runs the long form.
+Bounded for CI: ``TOKENWIRE_FUZZ_EXAMPLES`` (default 10) examples per operation and phase, and a
+time budget per mode for the modes with an engine (60 s; ``TOKENWIRE_FUZZ_SECONDS`` overrides every
+mode's, and past its examples the fuzzing phase repeats until the budget is spent);
+``python -m bench.fuzz http`` runs the long form.
 (The schemathesis pytest plugin's lazy fixtures do not run under pytest 9, hence the CLI.)
 """
 
@@ -39,7 +40,7 @@ pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = int(os.environ.get("TOKENWIRE_FUZZ_EXAMPLES", "10"))
-SECONDS = int(os.environ.get("TOKENWIRE_FUZZ_SECONDS", "0"))  # 0: bounded by examples only
+SECONDS = os.environ.get("TOKENWIRE_FUZZ_SECONDS")  # overrides the modes' CI time budgets
 TINY = "tiny-qwen3"
 CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,response_schema_conformance,"
           "unsupported_method,allow_header_conformance,error_envelope,accepts_valid_data")
@@ -48,11 +49,12 @@ CHECKS = ("not_a_server_error,status_code_conformance,content_type_conformance,r
 # sequences keep every generated request cheap for the tiny engine; plain serve fuzzes only what it
 # adds (the OpenAI / Anthropic pipelines), the scale-out operations being the tokens-only mode's code.
 ENGINE = ["--dtype", "float32", "--max-model-len", "32", "--max-num-seqs", "4"]
-MODES: dict[str, tuple[Callable[[Callable[[str], Path]], list[str]], list[str]]] = {
-    "render": (lambda a: ["launch", "render", str(a("qwen3"))], []),
-    "tokens-only": (lambda a: ["serve", str(a(TINY)), "--tokens-only", *ENGINE], []),
+# name: (server arguments, schemathesis arguments, seconds: the CI time budget, 0 for none)
+MODES: dict[str, tuple[Callable[[Callable[[str], Path]], list[str]], list[str], int]] = {
+    "render": (lambda a: ["launch", "render", str(a("qwen3"))], [], 0),
+    "tokens-only": (lambda a: ["serve", str(a(TINY)), "--tokens-only", *ENGINE], [], 60),
     "serve-scale-out": (lambda a: ["serve", str(a(TINY)), "--enable-scale-out", *ENGINE],
-                        ["--exclude-path-regex", "/(render|derender)$|^/inference/|^/engine/"]),
+                        ["--exclude-path-regex", "/(render|derender)$|^/inference/|^/engine/"], 60),
 }
 
 
@@ -84,15 +86,15 @@ def generated_cases(output: str) -> int:
 
 @pytest.fixture(scope="module", params=list(MODES))
 def fuzz_server(request: pytest.FixtureRequest, asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    server_args, fuzz_args = MODES[request.param]
+    server_args, fuzz_args, seconds = MODES[request.param]
     with ServerProcess(server_args(asset), startup_timeout=180, preamble=MEMORY_CAP) as srv:
-        srv.fuzz_args = fuzz_args  # type: ignore[attr-defined]
+        srv.fuzz = (fuzz_args, int(SECONDS) if SECONDS is not None else seconds)  # type: ignore[attr-defined]
         yield srv
 
 
 def test_every_operation_keeps_its_contract_under_generated_input(fuzz_server: ServerProcess) -> None:
-    result = run_schemathesis(fuzz_server.url, examples=EXAMPLES, seconds=SECONDS, seed=20240917,
-                              extra=fuzz_server.fuzz_args)  # type: ignore[attr-defined]
+    fuzz_args, seconds = fuzz_server.fuzz  # type: ignore[attr-defined]
+    result = run_schemathesis(fuzz_server.url, examples=EXAMPLES, seconds=seconds, seed=20240917, extra=fuzz_args)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-12000:]
     assert generated_cases(output) > 50, output[-3000:]

@@ -10,7 +10,7 @@ internals, the promised close code, a probe answered after non-fatal errors), wh
 session on the same server keeps answering, and at the end the server is alive, has no sequence
 left in the engine, and logged no traceback.
 
-Bounded for CI by ``TOKENWIRE_WS_FUZZ_EXAMPLES`` (default 40); ``bench/ws_fuzz.py`` runs the long form.
+Bounded for CI by ``TOKENWIRE_WS_FUZZ_EXAMPLES`` (default 40); ``python -m bench.fuzz ws`` runs the long form.
 """
 
 from __future__ import annotations

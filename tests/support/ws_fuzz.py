@@ -1,5 +1,5 @@
 """Drive one WebSocket session with drawn messages and check what docs/protocol.md promises
-(``tests/e2e/test_ws_fuzz.py``, ``bench/ws_fuzz.py``).
+(``tests/e2e/test_ws_fuzz.py``, ``python -m bench.fuzz ws``).
 
 :func:`exercise` opens a session, sends the messages, then (when none of them was a protocol
 violation) a ``ping`` probe, and reads until the probe's ``pong`` or the close. It fails when

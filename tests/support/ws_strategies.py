@@ -1,5 +1,5 @@
 """Hypothesis strategies for WebSocket session messages, good and bad (``tests/e2e/test_ws_fuzz.py``,
-``bench/ws_fuzz.py``).
+``python -m bench.fuzz ws``).
 
 A drawn :class:`Message` is what a client puts on the wire (a text or binary message, as bytes)
 plus the outcome docs/protocol.md promises for it: ``None`` for a message the session answers and
