@@ -224,6 +224,38 @@ def streams_figures(r: dict[str, Any]) -> Iterator[Figure]:
                  ws["to_engine_ms"]["p50"], "ms", "lower", "the same request over SSE", sse["to_engine_ms"]["p50"])
 
 
+def structured_figures(r: dict[str, Any]) -> Iterator[Figure]:
+    """bench/structured_bench.py: a batch with constrained rows against the same batch unconstrained."""
+    half = r["batch"]["constrained"]
+    yield _f("structured.mixed_step_ms", f"engine step with {half} constrained + {half} plain rows",
+             r["mixed_step_ms"], "ms", "lower", f"the same step with {2 * half} plain rows", r["plain_step_ms"])
+    yield _f("structured.mixed_cpu_ms_per_step", "engine CPU per step with constrained rows",
+             r["mixed_cpu_ms_per_step"], "ms CPU", "lower", "the same with plain rows only",
+             r["plain_cpu_ms_per_step"])
+    yield _f("structured.grammar_us_per_constrained_token", "grammar work per constrained token (bitmask, matcher)",
+             r["grammar_us_per_constrained_token"], "us/token", "lower")
+
+
+def soak_figures(r: dict[str, Any]) -> Iterator[Figure]:
+    """bench/soak.py: counts that must stay at zero, leaks against the start, frame latency."""
+    yield _f("soak.requests", f"requests over {r['sessions']} sessions in {r['duration_s']} s", r["requests"],
+             "requests", "higher")
+    yield _f("soak.lost_or_duplicated_streams", "streams that lost or repeated a token", r["lost_or_duplicated_streams"],
+             "streams", "lower", "expected", 0)
+    yield _f("soak.seq_breaks", "sessions whose seq skipped or repeated", r["seq_breaks"], "breaks", "lower",
+             "expected", 0)
+    yield _f("soak.rss_slope_mb_per_min", "server RSS growth after warm-up", r["rss_mb"]["slope_after_warmup_mb_per_min"],
+             "MB/min", "lower")
+    yield _f("soak.open_fds_after", "server open file descriptors after every session closed", r["open_fds"]["after"],
+             "fds", "lower", "before the sessions opened", r["open_fds"]["before"])
+    yield _f("soak.event_loop_tasks_after", "server event-loop tasks after every session closed",
+             r["event_loop_tasks"]["after"], "tasks", "lower", "before the sessions opened",
+             r["event_loop_tasks"]["before"])
+    for q in ("p50", "p99"):
+        yield _f(f"soak.between_frames_{q}_ms", f"time between frames at the client, {q} (real tiny model)",
+                 r["between_frames_ms"][q], "ms", "lower")
+
+
 def vllm_figures(r: dict[str, Any]) -> Iterator[Figure]:
     """bench/vllm_compare.py already pairs each tokenwire figure with vLLM's in the same run."""
     for pair in r.get("pairs", []):
@@ -243,6 +275,7 @@ def generic_figures(r: dict[str, Any]) -> Iterator[Figure]:
 READERS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "render": render_figures, "engine": engine_figures, "derender": derender_figures, "serve": serve_figures,
     "startup": startup_figures, "sessions": sessions_figures, "streams": streams_figures, "vllm": vllm_figures,
+    "structured": structured_figures, "soak": soak_figures,
 }
 
 

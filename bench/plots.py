@@ -36,7 +36,7 @@ def _save(fig: Any, path: Path) -> Path:
 
 def derender_plot(r: dict[str, Any], path: Path) -> Path:
     plt = _pyplot()
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=SIZE, gridspec_kw={"width_ratios": [2, 1]})
+    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(SIZE[0], SIZE[1] + 0.8), gridspec_kw={"width_ratios": [2, 1]})
     positions = sorted(int(p) for p in r["in_memory"]["1_token_chunks"]["latency_us"])
     series = [
         ("in memory, 1-token chunks", r["in_memory"]["1_token_chunks"]["latency_us"], "C0", "-"),
@@ -53,8 +53,8 @@ def derender_plot(r: dict[str, Any], path: Path) -> Path:
     ax.set_yscale("log")
     ax.set_xlabel("output position (tokens); shaded: reasoning | content | tool-call arguments")
     ax.set_ylabel("per-chunk latency (µs, median)")
-    ax.set_title("Derender cost per chunk vs output position (hermes + qwen3, Qwen3 tokenizer)")
-    ax.legend(loc="center left")
+    ax.set_title("Derender cost per chunk by output position (hermes + qwen3 parsers)")
+    ax.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2), ncol=2)
     http = r.get("http_one_token_per_call")
     vllm = r["vllm_0_32"]
     labels, tw, vl = ["first 100 calls", "last 100 calls"], [], []
@@ -68,8 +68,8 @@ def derender_plot(r: dict[str, Any], path: Path) -> Path:
     ax2.set_xticks(list(xs), labels)
     ax2.set_yscale("log")
     ax2.set_ylabel("ms per HTTP call (1 token/call)")
-    ax2.set_title("HTTP streaming derender, ~2,960 tokens")
-    ax2.legend()
+    ax2.set_title("HTTP derender, 1 token per call")
+    ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
     return _save(fig, path)
 
 

@@ -58,7 +58,8 @@ SECTIONS = (
     Section("derender", "bench.derender_bench", "derender per-chunk cost by position vs DecodeStream; HTTP stream",
             ("--quick",), (), 180, 600),
     Section("engine", "bench.engine_bench", "engine tok/s vs concurrency vs sequential and static-batch generate",
-            ("--rounds", "2", "--new-tokens", "32", "--concurrency", "1", "4", "8", "16", "--static", "8", "16"),
+            ("--rounds", "2", "--new-tokens", "32", "--concurrency", "1", "4", "8", "16", "--static", "8", "16",
+             "--sequential-prompts", "1"),
             ("--rounds", "3", "--new-tokens", "64", "--concurrency", "1", "2", "4", "8", "16", "32",
              "--static", "8", "16", "32"), 300, 1200),
     Section("serve", "bench.serve_bench", "SSE chat TTFT/ITL and server overhead vs engine-only (real model)",
@@ -72,23 +73,28 @@ SECTIONS = (
             ("--concurrency", "1", "8", "32", "64", "128", "256", "512", "--tokens", "64", "--rounds", "2"),
             240, 900),
     Section("startup", "bench.startup_bench", "launch render start-up vs importing and loading the tokenizer",
-            ("--runs", "3"), ("--runs", "5"), 120, 300, writes_out=False),
+            ("--runs", "2"), ("--runs", "5"), 120, 300, writes_out=False),
 )
-OPTIONAL = {  # benchmarks other issues add; run when present, with --quick when they take it
-    "structured": ("bench.structured_bench", "structured output / guided decoding"),
-    "soak": ("bench.soak", "long-running soak"),
+OPTIONAL = {  # benchmarks other issues add: run when present; in quick mode with --quick when they take
+    # it, else with whichever of these shorter settings their --help lists
+    "structured": ("bench.structured_bench", "structured output: a constrained row's cost in a shared batch",
+                   {"--rounds": "2", "--new-tokens": "32"}),
+    "soak": ("bench.soak", "load and soak: many sessions, nothing lost, nothing leaking",
+             {"--sessions": "50", "--duration": "45", "--warmup": "15"}),
 }
 BUDGET_S = {"quick": 570, "full": 3 * 3600}
 
 
 def _discover_optional() -> list[Section]:
     out = []
-    for name, (module, what) in OPTIONAL.items():
+    for name, (module, what, shorter) in OPTIONAL.items():
         if not (ROOT / (module.replace(".", "/") + ".py")).exists():
             continue
         helptext = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True,
                                   text=True, timeout=120).stdout
-        quick = ("--quick",) if "--quick" in helptext else ()
+        quick: tuple[str, ...] = ("--quick",) if "--quick" in helptext else ()
+        if not quick:
+            quick = tuple(x for flag, value in shorter.items() if flag in helptext for x in (flag, value))
         out.append(Section(name, module, what, quick, (), 240, 1800, writes_out="--out" in helptext))
     return out
 
@@ -174,7 +180,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=str(ROOT / "bench" / "results"), help="directory for run directories")
     p.add_argument("--vllm-python", default=None, help="a Python interpreter with vLLM installed (optional)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="run only these benchmarks")
-    p.add_argument("--budget-s", type=float, default=None, help="total time limit (quick 570, full 10800)")
+    p.add_argument("--budget-s", type=float, default=None,
+                   help="total time limit (quick 570, full 10800; plus the vLLM comparison's limit when asked)")
     a = p.parse_args(argv)
     mode = a.mode or "quick"
     try:
@@ -198,6 +205,9 @@ def main(argv: list[str] | None = None) -> int:
     run_dir = Path(a.out) / f"{started:%Y%m%d-%H%M%S}-{mode}"
     run_dir.mkdir(parents=True, exist_ok=True)
     budget = a.budget_s or BUDGET_S[mode]
+    if a.vllm_python and not a.budget_s:  # the vLLM comparison comes on top of the usual run
+        vllm = _vllm_section(a.vllm_python)
+        budget += vllm.limit_quick_s if mode == "quick" else vllm.limit_full_s
     report: dict[str, Any] = {
         "tokenwire_bench": {"format": 1, "mode": mode, "argv": sys.argv[1:] if argv is None else argv,
                             "budget_s": budget},
