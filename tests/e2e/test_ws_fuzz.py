@@ -103,3 +103,13 @@ def test_lone_surrogates_in_echoed_fields_do_not_break_the_session(server: Serve
 def test_json_nested_past_the_parser_limit_closes_with_1007(server: ServerProcess) -> None:
     outcome = exercise(server.ws_url, [deep_frame(1000), deep_frame(5000)])
     assert outcome.close_code == 1007
+
+
+def test_invalid_utf8_closes_1007_without_a_traceback_in_the_server_log(server: ServerProcess) -> None:
+    before = server.output().count("Traceback")
+    for _ in range(3):
+        outcome = exercise(server.ws_url, [Message(b'{"type": "ping", "event_id": "\xff\xfe"}', True, 1007)])
+        assert outcome.close_code == 1007
+    time.sleep(0.5)
+    assert server.output().count("Traceback") == before  # was: one logged traceback per such message
+    assert "Invalid UTF-8 sequence received from client." in server.output()
