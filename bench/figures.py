@@ -193,7 +193,7 @@ def sessions_figures(r: dict[str, Any]) -> Iterator[Figure]:
              f"{r['sessions_max']:,} sessions)", r["kib_per_session_fit"], "KiB", "lower")
     last = r["points"][-1]
     yield _f("sessions.rss_mib_at_max", f"server RSS with {last['sessions']:,} idle sessions", last["rss_mib"],
-             "MiB", "lower", "the same server with no session", r["rss_base_mib"])
+             "MiB", "lower", note=f"{r['rss_base_mib']:.0f} MiB with none")
     yield _f("sessions.alive_at_end", "sessions answering a ping after the ramp", r["alive_at_end"], "sessions",
              "higher", "sessions opened", r["sessions_max"])
 

@@ -114,7 +114,8 @@ def run_section(section: Section, mode: str, limit_s: float, scratch: Path) -> d
     cmd = [sys.executable, "-m", section.module, *args]
     env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
            "PYTHONUNBUFFERED": "1"}
-    record: dict[str, Any] = {"what": section.what, "command": " ".join(["python", "-m", section.module, *args]),
+    shown = [*(section.quick if mode == "quick" else section.full)]  # the command a reader would type
+    record: dict[str, Any] = {"what": section.what, "command": " ".join(["python", "-m", section.module, *shown]),
                               "limit_s": round(limit_s), "load_average_before": load_average()}
     stdout_path = scratch / f"{section.name}.stdout"
     tail: deque[str] = deque(maxlen=40)

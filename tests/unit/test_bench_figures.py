@@ -122,11 +122,23 @@ def test_a_result_in_an_unknown_shape_is_a_problem_message_not_a_crash() -> None
 
 
 def test_a_benchmark_listing_its_own_figures_is_read_generically() -> None:
-    result = {"figures": [{"id": "soak.rss_growth", "value": 1.5, "unit": "MiB", "better": "lower",
+    result = {"figures": [{"id": "later.rss_growth", "value": 1.5, "unit": "MiB", "better": "lower",
                            "baseline": "start", "baseline_value": 1.0}, {"not": "a figure"}]}
-    figures, problem = figures_of("soak", result)
-    assert problem is None and [f.id for f in figures] == ["soak.rss_growth"]
+    figures, problem = figures_of("later", result)
+    assert problem is None and [f.id for f in figures] == ["later.rss_growth"]
     assert figures[0].worse_than_baseline is True
+
+
+def test_soak_counts_are_read_against_zero_and_leaks_against_the_start() -> None:
+    result = {"sessions": 50, "duration_s": 48.7, "requests": 674, "lost_or_duplicated_streams": 1, "seq_breaks": 0,
+              "between_frames_ms": {"p50": 170.0, "p99": 300.0}, "rss_mb": {"slope_after_warmup_mb_per_min": 1.9},
+              "open_fds": {"before": 16.0, "after": 17.0}, "event_loop_tasks": {"before": 3.0, "after": 3.0}}
+    figures, problem = figures_of("soak", result)
+    by_id = {f.id: f for f in figures}
+    assert problem is None
+    assert by_id["soak.lost_or_duplicated_streams"].worse_than_baseline is True
+    assert by_id["soak.seq_breaks"].worse_than_baseline is False
+    assert by_id["soak.open_fds_after"].worse_than_baseline is True
 
 
 def test_every_curve_with_a_result_is_drawn_as_a_png(tmp_path: Path) -> None:
