@@ -7,7 +7,7 @@ checks it with schemathesis against real servers):
   apply wherever a model appears;
 - :data:`REFINEMENTS` states the rules the request validators check beyond the field types
   (a non-empty ``messages``, a completion ``prompt`` that must be present, features this server
-  refuses), each next to the validator it mirrors. Rules that depend on the model (token ids
+  refuses), each next to the validator it mirrors, and integers carry the bounds of the JSON parser. Rules that depend on the model (token ids
   against the vocabulary, prompt + ``max_tokens`` against the context) or tie several sampling
   fields together stay out of the schema: they are 400s with a message naming the field;
 - errors declare the envelope of their API: OpenAI's ``{"error": {...}}`` everywhere, Anthropic's
@@ -162,17 +162,17 @@ def _schema(model: Any, defs: dict[str, Any]) -> Schema:
     return schema
 
 
-INT64 = (-(2**63), 2**63 - 1)
+JSON_INTEGERS = (-(2**63), 2**64 - 1)  # what the JSON parser (orjson) reads as an integer
 
 
 def _bound_integers(node: Any) -> Any:
-    """Integers without bounds get int64's: wider ones do not fit the engine's token ids, seeds and
-    counters (and pydantic refuses integers of thousands of digits)."""
+    """Integers without bounds get the JSON parser's: a body with a wider one is not read (400), and a
+    value the server echoes is one it read."""
     if isinstance(node, dict):
         node = {k: _bound_integers(v) for k, v in node.items()}
         if node.get("type") == "integer":
-            node.setdefault("minimum", INT64[0])
-            node.setdefault("maximum", INT64[1])
+            node.setdefault("minimum", JSON_INTEGERS[0])
+            node.setdefault("maximum", JSON_INTEGERS[1])
         return node
     if isinstance(node, list):
         return [_bound_integers(v) for v in node]

@@ -88,6 +88,14 @@ class DerenderService:
     def _check_prompt(self, ids: Sequence[int] | None, param: str = "prompt_token_ids") -> None:
         check_prompt_ids(ids, max_model_len=self.max_model_len, vocab_size=self.table.vocab_size, param=param)
 
+    def _check_prompt_tokens(self, counts: int | Sequence[int] | None) -> None:
+        """A prompt longer than the context is no prompt of this model (and a count past 64 bits
+        made the usage's total unencodable: a 500)."""
+        for count in [counts] if isinstance(counts, int) else counts or ():
+            if count > self.max_model_len:
+                raise DerenderError(f"prompt_tokens is {count}, more than max_model_len ({self.max_model_len}).",
+                                    param="prompt_tokens")
+
     def _check_response(self, r: GenerateResponse | GenerateStreamResponse, param: str, *, stream: bool) -> None:
         check_choices(r.choices, max_model_len=self.max_model_len, vocab_size=self.table.vocab_size,
                       param=param, require_tokens=not stream)
@@ -118,6 +126,7 @@ class DerenderService:
         self._check_model(req.model)
         self._check_response(req.generate_response, "generate_response", stream=False)
         self._check_prompt(req.prompt_token_ids)
+        self._check_prompt_tokens(req.prompt_tokens)
         options = self._chat_options(req.chat_request)
         spec = chat_spec(self.table, self.parsers, req.chat_request, req.prompt_token_ids or ())
         gr = req.generate_response
@@ -131,6 +140,7 @@ class DerenderService:
         chunk = req.generate_chunk
         self._check_stream_chunk(chunk)
         self._check_prompt(req.prompt_token_ids)
+        self._check_prompt_tokens(req.prompt_tokens)
         if self.parsers.any:
             if req.chat_request is None:
                 raise DerenderError(PARSER_REQUIRES_CHAT_REQUEST, param="chat_request")
@@ -172,6 +182,7 @@ class DerenderService:
             self._check_response(r, f"generate_responses[{k}]", stream=False)
         for ids in req.prompt_token_ids or ():
             self._check_prompt(ids)
+        self._check_prompt_tokens(req.prompt_tokens)
         creq = req.completion_request
         options = self._completion_options(creq)
         n = max((len(r.choices) for r in responses), default=1)
@@ -196,6 +207,7 @@ class DerenderService:
         chunk = req.generate_chunk
         self._check_stream_chunk(chunk)
         self._check_prompt(req.prompt_token_ids)
+        self._check_prompt_tokens(req.prompt_tokens)
         creq = req.completion_request
         options = self._completion_options(creq)
         if not chunk.choices:
