@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +18,7 @@ import pytest
 import client_sdk
 from tests.e2e.client_support import serve_args
 from tests.support.server_proc import ServerProcess
-from tests.support.structured_suite import MAX_TOKENS, SCHEMAS, TOOLS
+from tests.support.structured_suite import MAX_TOKENS, SCHEMAS, TOOL_MAX_TOKENS, TOOLS
 
 pytestmark = pytest.mark.slow
 
@@ -33,9 +33,13 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
         yield srv
 
 
-@pytest.fixture(scope="module")
-def oai(server: ServerProcess) -> openai.AsyncOpenAI:
-    return openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0, timeout=300)
+def with_sdk(server: ServerProcess, fn: Callable[[openai.AsyncOpenAI], Awaitable[Any]]) -> Any:
+    """Run ``fn(client)`` on a fresh event loop with an SDK client bound to it."""
+    async def main() -> Any:
+        async with openai.AsyncOpenAI(base_url=server.url + "/v1", api_key="none", max_retries=0,
+                                      timeout=300) as oai:
+            return await fn(oai)
+    return asyncio.run(main())
 
 
 def fmt(name: str) -> dict[str, Any]:
@@ -47,8 +51,8 @@ async def gather(*coros: Any) -> list[Any]:
 
 
 @pytest.mark.parametrize("name", E2E_SCHEMAS)
-def test_openai_sdk_json_schema_answers_validate(oai: openai.AsyncOpenAI, name: str) -> None:
-    answers = asyncio.run(gather(*[
+def test_openai_sdk_json_schema_answers_validate(server: ServerProcess, name: str) -> None:
+    answers = with_sdk(server, lambda oai: gather(*[
         oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=fmt(name),  # type: ignore[arg-type]
                                     seed=s, temperature=1.0, max_tokens=MAX_TOKENS) for s in SEEDS]))
     for answer in answers:
@@ -57,19 +61,19 @@ def test_openai_sdk_json_schema_answers_validate(oai: openai.AsyncOpenAI, name: 
         jsonschema.validate(json.loads(choice.message.content or ""), SCHEMAS[name])
 
 
-def test_openai_sdk_streamed_json_schema_answer_validates(oai: openai.AsyncOpenAI) -> None:
-    async def one(seed: int) -> str:
+def test_openai_sdk_streamed_json_schema_answer_validates(server: ServerProcess) -> None:
+    async def one(oai: openai.AsyncOpenAI, seed: int) -> str:
         stream = await oai.chat.completions.create(model="tiny-qwen3", messages=USER,  # type: ignore[call-overload]
                                                    response_format=fmt("array_of_objects"), seed=seed,
                                                    temperature=1.0, max_tokens=MAX_TOKENS, stream=True)
         return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
 
-    for text in asyncio.run(gather(*[one(s) for s in SEEDS])):
+    for text in with_sdk(server, lambda oai: gather(*[one(oai, s) for s in SEEDS])):
         jsonschema.validate(json.loads(text), SCHEMAS["array_of_objects"])
 
 
-def test_openai_sdk_json_object_answers_parse_or_say_length(oai: openai.AsyncOpenAI) -> None:
-    answers = asyncio.run(gather(*[
+def test_openai_sdk_json_object_answers_parse_or_say_length(server: ServerProcess) -> None:
+    answers = with_sdk(server, lambda oai: gather(*[
         oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format={"type": "json_object"},
                                     seed=s, temperature=1.0, max_tokens=MAX_TOKENS) for s in SEEDS]))
     ended = [a.choices[0] for a in answers if a.choices[0].finish_reason == "stop"]
@@ -77,11 +81,11 @@ def test_openai_sdk_json_object_answers_parse_or_say_length(oai: openai.AsyncOpe
     assert ended and all(isinstance(json.loads(c.message.content or ""), dict) for c in ended)
 
 
-def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(oai: openai.AsyncOpenAI) -> None:
-    answers = asyncio.run(gather(*[
+def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(server: ServerProcess) -> None:
+    answers = with_sdk(server, lambda oai: gather(*[
         oai.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Weather in Oslo?"}],
                                     tools=TOOLS, tool_choice="required", seed=s, temperature=1.0,  # type: ignore[arg-type]
-                                    max_tokens=MAX_TOKENS) for s in SEEDS]))
+                                    max_tokens=TOOL_MAX_TOKENS) for s in SEEDS]))
     params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     for answer in answers:
         choice = answer.choices[0]
@@ -92,9 +96,9 @@ def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(oai: opena
             jsonschema.validate(json.loads(call.function.arguments), params[call.function.name])
 
 
-def test_openai_sdk_named_tool_choice_calls_that_tool(oai: openai.AsyncOpenAI) -> None:
+def test_openai_sdk_named_tool_choice_calls_that_tool(server: ServerProcess) -> None:
     named = {"type": "function", "function": {"name": "add"}}
-    answer = asyncio.run(oai.chat.completions.create(
+    answer = with_sdk(server, lambda oai: oai.chat.completions.create(
         model="tiny-qwen3", messages=[{"role": "user", "content": "2+3?"}], tools=TOOLS,  # type: ignore[arg-type]
         tool_choice=named, seed=3, temperature=1.0, max_tokens=MAX_TOKENS))  # type: ignore[arg-type]
     calls = answer.choices[0].message.tool_calls or []
@@ -102,11 +106,11 @@ def test_openai_sdk_named_tool_choice_calls_that_tool(oai: openai.AsyncOpenAI) -
     jsonschema.validate(json.loads(calls[0].function.arguments), TOOLS[1]["function"]["parameters"])
 
 
-def test_openai_sdk_unsupported_schema_is_a_400_naming_the_keyword(oai: openai.AsyncOpenAI) -> None:
+def test_openai_sdk_unsupported_schema_is_a_400_naming_the_keyword(server: ServerProcess) -> None:
     bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
         "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}
     with pytest.raises(openai.BadRequestError) as info:
-        asyncio.run(oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=bad,  # type: ignore[arg-type]
+        with_sdk(server, lambda oai: oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=bad,  # type: ignore[arg-type]
                                                 max_tokens=8))
     assert "uniqueItems" in str(info.value.message)
     assert "properties.tags" in str(info.value.message)
