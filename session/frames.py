@@ -2,9 +2,10 @@
 
 - **Client frames** arrive from an untrusted peer. They are pydantic models joined in one
   discriminated union on ``type``; :data:`CLIENT_FRAMES` is the ``TypeAdapter`` built once at
-  import, and :func:`decode_client_frame` runs ``validate_json`` straight on the received bytes.
-  Only when that fails do we parse the JSON a second time, to tell a fatal envelope violation
-  (close 1007 / 1002) from a frame-level mistake that is answered with an ``error`` frame.
+  import. :func:`decode_client_frame` reads the text with orjson, the JSON reader of the HTTP
+  bodies (so a frame holds nothing a server frame could not echo: an integer past 64 bits is read
+  as orjson reads it), then validates; a failure tells a fatal envelope violation (close 1007 /
+  1002) from a frame-level mistake that is answered with an ``error`` frame.
 - **Server frames** live in :mod:`session.server_frames` (frozen dataclasses + orjson).
 
 Nothing here does I/O.
@@ -189,33 +190,47 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
     Raises :class:`FatalFrameError` (not JSON: 1007; not an object with a string ``type``: 1002)
     or :class:`FrameError` (``unknown_type``, ``invalid_frame``)."""
     try:
-        return CLIENT_FRAMES.validate_json(data)
-    except ValidationError as exc:
-        raise _classify(data, exc) from None
-
-
-def _classify(data: bytes | str, exc: ValidationError) -> Exception:
-    lone_surrogates = False
-    try:
+        # The HTTP bodies' JSON reader: a number a server frame could not echo (an integer past 64
+        # bits) is read as orjson reads it, never kept as an unbounded Python int.
         raw = orjson.loads(data)
     except orjson.JSONDecodeError:
-        # Valid JSON whose strings escape unpaired UTF-16 surrogates ("\ud83d": what a browser's
-        # JSON.stringify writes for half an emoji) is refused as a frame, not as a broken connection.
-        raw = _loads_with_lone_surrogates(data)
-        if raw is None:
-            return FatalFrameError(CLOSE_INVALID_DATA, "frame is not valid JSON")
-        lone_surrogates = True
+        raise _unreadable(data) from None
+    try:
+        return CLIENT_FRAMES.validate_python(raw)
+    except ValidationError as exc:
+        raise _classify(raw, exc) from None
+
+
+def _unreadable(data: bytes | str) -> Exception:
+    # Valid JSON whose strings escape unpaired UTF-16 surrogates ("\ud83d": what a browser's
+    # JSON.stringify writes for half an emoji) is refused as a frame, not as a broken connection.
+    raw = _loads_with_lone_surrogates(data)
+    if raw is None:
+        return FatalFrameError(CLOSE_INVALID_DATA, "frame is not valid JSON")
+    envelope = _envelope(raw)
+    if isinstance(envelope, FatalFrameError):
+        return envelope
+    return FrameError("invalid_frame", "Invalid frame: a string holds an unpaired UTF-16 surrogate escape "
+                      "(such as \\ud83d without its pair); send well-formed Unicode text.",
+                      event_id=_echoable(raw.get("event_id"), 0), request_id=_echoable(raw.get("id"), 1))
+
+
+def _envelope(raw: Any) -> FatalFrameError | str:
+    """The frame's ``type``, or the fatal error of an envelope that has none."""
     if not isinstance(raw, dict):
         return FatalFrameError(CLOSE_PROTOCOL_ERROR, "frame is not a JSON object")
     kind = raw.get("type")
     if not isinstance(kind, str):
         return FatalFrameError(CLOSE_PROTOCOL_ERROR, "frame has no string 'type'")
+    return kind
+
+
+def _classify(raw: Any, exc: ValidationError) -> Exception:
+    kind = _envelope(raw)
+    if isinstance(kind, FatalFrameError):
+        return kind
     event_id = _echoable(raw.get("event_id"), 0)
     request_id = _echoable(raw.get("id"), 1)
-    if lone_surrogates:
-        return FrameError("invalid_frame", "Invalid frame: a string holds an unpaired UTF-16 surrogate escape "
-                          "(such as \\ud83d without its pair); send well-formed Unicode text.",
-                          event_id=event_id, request_id=request_id)
     if kind not in CLIENT_FRAME_TYPES:
         return FrameError("unknown_type", f"Unknown frame type {kind[:64]!r}; this server speaks protocol "
                           f"version {PROTOCOL_VERSION} (types: {', '.join(CLIENT_FRAME_TYPES)}).",

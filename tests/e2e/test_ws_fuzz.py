@@ -113,3 +113,22 @@ def test_invalid_utf8_closes_1007_without_a_traceback_in_the_server_log(server: 
     time.sleep(0.5)
     assert server.output().count("Traceback") == before  # was: one logged traceback per such message
     assert "Invalid UTF-8 sequence received from client." in server.output()
+
+
+def test_integers_past_64_bits_do_not_break_the_session(server: ServerProcess) -> None:
+    # Found by the long form: pydantic read {"x": -2**63 - 1} as a Python int, the session.updated
+    # echo could not be encoded, and the session died without a close frame (1006). Frames are now
+    # read by the HTTP bodies' JSON reader (orjson: such a number is read as a float).
+    ws = open_session(server.ws_url)
+    try:
+        ws.send(b'{"type": "session.update", "event_id": "u", "session": {"chat_template_kwargs": '
+                b'{"x": -9223372036854775809}}}', text=True)
+        updated = orjson.loads(ws.recv(timeout=30))
+        assert updated["type"] == "session.updated" and updated["session"]["chat_template_kwargs"]["x"] <= -2**63
+        ws.send(b'{"type": "render", "id": "r", "kind": "chat", "body": {"messages": [{"role": "user", '
+                b'"content": "hi"}], "seed": 18446744073709551616}}', text=True)
+        final = orjson.loads(ws.recv(timeout=30))
+        assert final["id"] == "r" and final["type"] in ("render.done", "error"), final
+        ping(ws, "alive")
+    finally:
+        ws.close()
