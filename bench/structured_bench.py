@@ -102,7 +102,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                           "grammar_us_per_constrained_token": 1e6 * (g.mask_seconds - secs0) / max(rows, 1)})
             same = same and outs[: args.batch] == plain_ids
             for ids in outs[args.batch:]:
-                text = tok.decode(ids)
+                text = str(tok.decode(ids))
                 if not text.startswith("{") or len(ids) != args.new_tokens:
                     raise SystemExit(f"constrained output does not look constrained: {text[:80]!r}")
     finally:

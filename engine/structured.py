@@ -42,6 +42,8 @@ _DEFAULTS: dict[str, Any] = {
     "structural_tag": None,
 }
 
+STRUCTURED_FIELDS = tuple(_DEFAULTS)
+
 Kind = Literal["json", "json_object", "regex", "choice", "grammar"]
 
 
@@ -269,7 +271,8 @@ def _check_here(node: dict[str, Any], path: str) -> Problem | None:
     if required is not None:
         if not isinstance(required, list) or not all(isinstance(r, str) for r in required):
             return Problem("has a `required` that is not a list of property names", _at(path, "required"))
-        props = node.get("properties") if isinstance(node.get("properties"), dict) else {}
+        declared = node.get("properties")
+        props: dict[str, Any] = declared if isinstance(declared, dict) else {}
         missing = [r for r in required if r not in props]
         if missing:
             return Problem(f"requires `{missing[0]}`, which is not in `properties`", _at(path, "required"))

@@ -9,8 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 MAX_TOKENS = 400
-# tool_choice "required" allows any number of calls (vLLM's schema has no maxItems): room for many
-TOOL_MAX_TOKENS = 1200
+# tool_choice "required" allows any number of calls (vLLM's schema has no maxItems): room for several
+TOOL_MAX_TOKENS = 600
 
 SCHEMAS: dict[str, dict[str, Any]] = {
     "person": {
