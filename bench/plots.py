@@ -31,6 +31,14 @@ def _save(fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=DPI)
     _pyplot().close(fig)
+    try:  # a 64-colour palette: a third of the size, no visible difference for line plots
+        from PIL import Image
+
+        with Image.open(path) as img:
+            small = img.convert("RGB").quantize(colors=64, method=Image.Quantize.MEDIANCUT)
+        small.save(path, optimize=True)
+    except ImportError:
+        pass
     return path
 
 

@@ -4,7 +4,8 @@
 
 Each row: what was measured, the value and unit, the baseline it is read against (and whether that
 baseline was measured in the same run or is a published figure), the ratio value / baseline, and
-**worse** where tokenwire is on the worse side of its baseline (slower, or more memory).
+**worse** where tokenwire is on the worse side of its baseline (slower, or more memory) by more than
+3 %, "≈" when within 3 %.
 """
 
 from __future__ import annotations
@@ -14,6 +15,8 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+NOISE = 0.03  # a worse figure within 3 % of its baseline is shown as about equal
 
 
 def _num(x: float | None) -> str:
@@ -33,7 +36,9 @@ def table(figures: list[dict[str, Any]]) -> str:
         if f["baseline_source"] and f["baseline_source"] != "same run":
             base += " *(published)*"
         ratio = "" if f["ratio"] is None else f"{f['ratio']:.2f}×"
-        flag = "**worse**" if f["worse_than_baseline"] else ""
+        flag = ""
+        if f["worse_than_baseline"]:
+            flag = "**worse**" if f["ratio"] is None or abs(f["ratio"] - 1) > NOISE else "≈ (within 3 %)"
         label = f["label"] + (f" ({f['note']})" if f.get("note") else "")
         rows.append(f"| {label} | {_num(f['value'])} {f['unit']} | {base} | {_num(f['baseline_value'])} | "
                     f"{ratio} | {flag} |")
