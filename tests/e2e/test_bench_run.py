@@ -1,0 +1,73 @@
+"""bench.run's handling of one benchmark process: its JSON read from --out or stdout, a failure
+recorded with the end of its stderr, and a benchmark past its time limit stopped together with the
+processes it started."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from bench.run import Section, run_section
+
+SLEEPER = '''
+import subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(sys.argv[sys.argv.index("--pidfile") + 1], "w").write(str(child.pid))
+time.sleep(600)
+'''
+
+
+@pytest.fixture
+def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "bench_prints.py").write_text('import json\nprint("warming up")\nprint(json.dumps({"x": 1}))\n')
+    (tmp_path / "bench_writes.py").write_text(
+        'import json, sys\nopen(sys.argv[sys.argv.index("--out") + 1], "w").write(json.dumps({"y": 2}))\n')
+    (tmp_path / "bench_fails.py").write_text('import sys\nprint("bad thing happened", file=sys.stderr)\nsys.exit(3)\n')
+    (tmp_path / "bench_sleeps.py").write_text(SLEEPER)
+    monkeypatch.setenv("PYTHONPATH", str(tmp_path))
+    return tmp_path
+
+
+def _section(module: str, args: tuple[str, ...] = (), writes_out: bool = True) -> Section:
+    return Section(module, module, "a test benchmark", args, args, 60, 60, writes_out=writes_out)
+
+
+def test_a_benchmark_that_prints_its_json_is_read_from_stdout(modules: Path, tmp_path: Path) -> None:
+    record = run_section(_section("bench_prints", writes_out=False), "quick", 60, tmp_path)
+    assert record["status"] == "ok" and record["result"] == {"x": 1}
+    assert record["command"] == "python -m bench_prints"
+    assert len(record["load_average_before"]) == 3 and len(record["load_average_after"]) == 3
+
+
+def test_a_benchmark_that_writes_out_is_read_from_its_file(modules: Path, tmp_path: Path) -> None:
+    record = run_section(_section("bench_writes"), "quick", 60, tmp_path)
+    assert record["status"] == "ok" and record["result"] == {"y": 2}
+
+
+def test_a_failing_benchmark_is_recorded_with_its_exit_status_and_stderr(modules: Path, tmp_path: Path) -> None:
+    record = run_section(_section("bench_fails"), "quick", 60, tmp_path)
+    assert record["status"] == "failed" and record["error"] == "exit status 3"
+    assert "bad thing happened" in record["stderr_tail"]
+
+
+def test_a_benchmark_past_its_limit_is_stopped_with_the_processes_it_started(modules: Path, tmp_path: Path) -> None:
+    pidfile = tmp_path / "child.pid"
+    record = run_section(_section("bench_sleeps", ("--pidfile", str(pidfile))), "quick", 3, tmp_path)
+    assert record["status"] == "timeout" and "3 s" in record["error"]
+    child = int(pidfile.read_text())
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline and _alive(child):
+        time.sleep(0.1)
+    assert not _alive(child)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    status = Path(f"/proc/{pid}/status")
+    return status.exists() and "\nState:\tZ" not in status.read_text()
