@@ -53,6 +53,9 @@ class Outcome:
 
 
 def open_session(ws_url: str, **kwargs: Any) -> ClientConnection:
+    # No client keepalive pings: they draw from `random` on a background thread, which hypothesis
+    # reports (a deprecation warning) when it happens while examples are being generated.
+    kwargs.setdefault("ping_interval", None)
     ws = connect(ws_url + "/v1/session", subprotocols=["tokenwire.v1"], max_size=None, compression=None,  # type: ignore[list-item]
                  open_timeout=30, **kwargs)
     created = orjson.loads(ws.recv(timeout=30))
