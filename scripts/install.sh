@@ -20,12 +20,10 @@ if ! .venv/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.versio
     echo "installing torch 2.13.0 (CPU)…" >&2
     "${pip[@]}" install torch==2.13.0
 fi
-stamp=".venv/.tokenwire-installed-$extras"
-if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ]; then
-    echo "installing tokenwire[$extras]…" >&2
-    "${pip[@]}" install -e ".[$extras]"
-    touch "$stamp"
-fi
+# Always resolve against pyproject.toml (a few seconds when satisfied), so an existing .venv with a
+# stale dependency (e.g. a newer transformers than the pinned one) is corrected, not trusted.
+echo "installing tokenwire[$extras]…" >&2
+"${pip[@]}" install -e ".[$extras]"
 # Structured outputs (the local engine): xgrammar without its triton requirement (GPU only).
 if ! .venv/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.version("xgrammar") != "0.2.9")' 2>/dev/null; then
     echo "installing xgrammar 0.2.9…" >&2
