@@ -68,7 +68,7 @@ ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
     AssetSpec("tiny-qwen3", "tiny-model", "random-weight Qwen3ForCausalLM on the qwen3 tokenizer", 1),
     AssetSpec("tiny-llama", "tiny-model", "random-weight LlamaForCausalLM on the llama3.1 tokenizer", 1),
     AssetSpec("tiny-qwen2-vl", "tiny-model", "random-weight Qwen2VLForConditionalGeneration (vision tower, "
-              "Qwen2-VL chat template and image processor) on the qwen2.5 tokenizer", 1),
+              "Qwen2-VL chat template and image processor) on the qwen2.5 tokenizer", 2),
 )}
 
 

@@ -11,6 +11,7 @@ What makes it a real Qwen2-VL directory, built offline from the cache:
 - Qwen2-VL's chat template (written from the documented Qwen2-VL-Instruct template: the default
   system prompt, an image part rendered as ``<|vision_start|><|image_pad|><|vision_end|>``, an
   optional ``add_vision_id`` "Picture N: " prefix), which the qwen2.5 template lacks;
+- weights drawn with std :data:`INIT_STD` (see there);
 - ``preprocessor_config.json`` of the Qwen2-VL image processor with small ``min_pixels`` /
   ``max_pixels`` (56×56 … 112×112: 4 to 16 image tokens), so tests stay fast.
 """
@@ -27,6 +28,9 @@ NAME = "tiny-qwen2-vl"
 TOKENIZER = "qwen2.5"
 SEED = 1234
 DTYPE = "bfloat16"
+# Wider than transformers' 0.02: with 0.02 a model this small repeats one token whatever the image,
+# with 0.1 its greedy output varies with the image, so the tests can tell a wrong merge apart.
+INIT_STD = 0.1
 
 IMAGE_TOKEN_ID = 151655  # <|image_pad|>
 VIDEO_TOKEN_ID = 151656  # <|video_pad|>
@@ -93,11 +97,12 @@ def build(out: Path) -> None:
             "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 4096,
             "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [4, 6, 6]},
             "bos_token_id": PAD_ID, "eos_token_id": EOS_IDS[0], "pad_token_id": PAD_ID,
+            "initializer_range": INIT_STD,
         },
         vision_config={
             "depth": 2, "embed_dim": 32, "hidden_size": 128, "num_heads": 2, "mlp_ratio": 2, "in_channels": 3,
             "patch_size": PREPROCESSOR["patch_size"], "spatial_merge_size": PREPROCESSOR["merge_size"],
-            "temporal_patch_size": PREPROCESSOR["temporal_patch_size"],
+            "temporal_patch_size": PREPROCESSOR["temporal_patch_size"], "initializer_range": INIT_STD,
         },
         image_token_id=IMAGE_TOKEN_ID, video_token_id=VIDEO_TOKEN_ID, vision_start_token_id=VISION_START_ID,
         vision_end_token_id=VISION_END_ID, tie_word_embeddings=True, dtype=DTYPE)
