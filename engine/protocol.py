@@ -20,7 +20,7 @@ import time
 from enum import IntEnum
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, field_validator
+from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, PositiveInt, field_validator
 
 
 class RequestOutputKind(IntEnum):
@@ -128,6 +128,52 @@ class StreamOptions(_Wire):
     continuous_usage_stats: bool | None = False
 
 
+TensorDType = Literal["float32", "float16", "int64", "int32"]
+_TENSOR_DTYPES = ("float32", "float16", "int64", "int32")
+
+
+class TensorData(_Wire):
+    """One tensor on the JSON wire: its raw little-endian bytes in C order, base64-encoded
+    (RFC 4648, padded), with the dtype and the shape to read them back."""
+
+    dtype: TensorDType
+    shape: list[NonNegativeInt]
+    data: str
+
+    @classmethod
+    def of(cls, array: Any) -> TensorData:
+        """From a numpy array (duck-typed: ``dtype.name``, ``shape``, ``tobytes``)."""
+        import base64
+
+        if array.dtype.name not in _TENSOR_DTYPES:
+            raise ValueError(f"tensor dtype {array.dtype.name} is not one of {', '.join(_TENSOR_DTYPES)}")
+        little = array.astype(array.dtype.newbyteorder("<"), copy=False)
+        return cls.model_construct(dtype=str(array.dtype.name), shape=[int(d) for d in array.shape],
+                                   data=base64.b64encode(little.tobytes(order="C")).decode("ascii"))
+
+
+class PlaceholderRangeInfo(_Wire):
+    """Where one multimodal item's placeholder tokens sit in ``token_ids``."""
+
+    offset: NonNegativeInt
+    length: PositiveInt
+
+
+# One item's processed inputs: tensors by the model's input name (``pixel_values``,
+# ``image_grid_thw``). vLLM sends a base64 msgpack ``MultiModalKwargsItem`` string here instead,
+# which is kept (and passed on by a remote engine) but not read by the local engine.
+KwargsItem = dict[str, TensorData] | str | None
+
+
+class MultiModalFeatures(_Wire):
+    """vLLM's render-side ``features``: per modality, each item's hash, placeholder range and
+    processed tensors (lists parallel to ``mm_hashes[modality]``). See docs/render.md."""
+
+    mm_hashes: dict[str, list[str]]
+    mm_placeholders: dict[str, list[PlaceholderRangeInfo]]
+    kwargs_data: dict[str, list[KwargsItem]] | None = None
+
+
 class GenerateRequest(_Wire):
     """One engine prompt: what render produces and ``/inference/v1/generate`` consumes."""
 
@@ -136,7 +182,7 @@ class GenerateRequest(_Wire):
     sampling_params: SamplingParams
     model: str | None = None
     token_offsets: list[tuple[int, int]] | None = None
-    features: Any = None
+    features: MultiModalFeatures | None = None
     content_parts: Any = None
     assistant_tokens_mask: list[int] | None = None
     reasoning_ended: bool | None = None

@@ -83,8 +83,10 @@ def model_max_len(model_dir: Path, tokenizer: Any, override: int | None) -> int:
         config = json.loads((model_dir / "config.json").read_text())
     except (OSError, ValueError):
         config = {}
+    text = config.get("text_config")  # a vision-language model keeps the text model's limits there
+    sections = [config, text] if isinstance(text, dict) else [config]
     for key in ("max_position_embeddings", "n_positions", "max_seq_len", "seq_length"):
-        value = config.get(key)
+        value = next((c[key] for c in sections if isinstance(c.get(key), int)), None)
         if isinstance(value, int) and value > 0:
             return value
     tok_max = getattr(tokenizer, "model_max_length", None)

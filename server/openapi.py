@@ -6,7 +6,7 @@ checks it with schemathesis against real servers):
 - every named model is a component (top-level request models too), so the refinements below
   apply wherever a model appears;
 - :data:`REFINEMENTS` states the rules the request validators check beyond the field types
-  (a non-empty ``messages``, a completion ``prompt`` that must be present, features this server
+  (a non-empty ``messages``, a completion ``prompt`` that must be present, fields this server
   refuses), each next to the validator it mirrors, and integers carry the bounds of the JSON parser. Rules that depend on the model (token ids
   against the vocabulary, prompt + ``max_tokens`` against the context) or tie several sampling
   fields together stay out of the schema: they are 400s with a message naming the field;
@@ -137,17 +137,12 @@ def _generate_stream_response(s: Schema) -> None:
                   {"properties": {"usage": {"type": "object"}}, "required": ["usage"]}]
 
 
-def _generate_request(s: Schema) -> None:
-    _prop(s, "features", _only_null("Multimodal features are not supported by this engine."))
-
-
 REFINEMENTS: dict[str, Callable[[Schema], None]] = {
     "ChatCompletionRequest": _chat_request,
     "MessagesRequest": _messages_request,
     "CompletionRequest": _completion_request,
     "DerenderCompletionRequest": _derender_completion_request,
     "GenerateStreamResponse": _generate_stream_response,
-    "GenerateRequest": _generate_request,
 }
 
 

@@ -33,6 +33,7 @@ from server.http import read_json, validate
 from server.routes import Route
 from session.protocol import ChatCompletionRequest, CompletionRequest, MessagesRequest
 from session.render import Renderer
+from session.render.vision import Vision
 
 INLINE_MAX_BODY_BYTES = 1024
 
@@ -41,11 +42,13 @@ M = TypeVar("M", bound=BaseModel)
 
 def renderer_of(ctx: ServerContext) -> Renderer:
     """The process's renderer (a ``ctx.service`` factory): the model's tokenizer, its chat
-    template or ``--chat-template``, and the tool-choice flags."""
+    template or ``--chat-template``, the tool-choice flags, and its image processor when the model
+    takes images."""
     s = ctx.settings
     renderer = Renderer(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
                         chat_template=s.chat_template, tool_call_parser=s.tool_call_parser,
-                        enable_auto_tool_choice=s.enable_auto_tool_choice)
+                        enable_auto_tool_choice=s.enable_auto_tool_choice,
+                        vision=Vision.load(s.model_dir, ctx.tokenizer))
     return metrics.time_methods(renderer, metrics.RENDER_SECONDS,  # type: ignore[no-any-return]
                                 ("render_chat", "render_completion", "render_messages"))
 

@@ -5,7 +5,8 @@ One function, :func:`to_openai_chat`, shared by render and the full pipeline:
 - ``system`` (a string, or the text of its text blocks joined without separator; Claude Code's
   ``x-anthropic-billing-header`` block is dropped) becomes the first, ``system`` message;
 - user/assistant messages: a string stays the content; text blocks become text parts (a single
-  text part collapses to a string); ``thinking`` blocks become the assistant's ``reasoning``;
+  text part collapses to a string); ``image`` blocks become ``image_url`` parts (a base64 source as
+  a data URL; a url source is kept, and refused by render); ``thinking`` blocks become the assistant's ``reasoning``;
   ``tool_use`` blocks become ``tool_calls`` (arguments as a JSON string); a user's
   ``tool_result`` becomes a ``tool`` message (its text parts joined with newlines), an
   assistant's a ``"Tool result: …"`` text part; a user message left without content is dropped;
@@ -25,6 +26,7 @@ from typing import Any
 from session.errors import RenderError
 from session.protocol.anthropic import ContentBlock, MessagesRequest
 from session.protocol.openai import ChatCompletionRequest
+from session.render.conversation import SOURCE_KEY
 
 _BILLING_HEADER = "x-anthropic-billing-header"
 
@@ -108,6 +110,8 @@ def _convert_blocks(blocks: list[ContentBlock], role: str, item: dict[str, Any],
         elif kind == "thinking":
             if block.thinking is not None:
                 reasoning.append(block.thinking)
+        elif kind == "image":
+            parts.append(_image_part(block, index, j))
         elif kind == "redacted_thinking":
             pass  # opaque; accepted so clients can echo assistant turns back
         elif kind == "tool_use":
@@ -123,7 +127,7 @@ def _convert_blocks(blocks: list[ContentBlock], role: str, item: dict[str, Any],
             else:
                 parts.append({"type": "text", "text": f"Tool result: {_tool_result_text(block, index, j)}"})
         else:
-            raise RenderError(f"messages[{index}].content[{j}] has type {kind!r}; render supports text, "
+            raise RenderError(f"messages[{index}].content[{j}] has type {kind!r}; render supports text, image, "
                               "thinking, tool_use and tool_result blocks.",
                               param=f"messages.{index}.content.{j}.type")
     if reasoning:
@@ -131,7 +135,28 @@ def _convert_blocks(blocks: list[ContentBlock], role: str, item: dict[str, Any],
     if tool_calls:
         item["tool_calls"] = tool_calls
     if parts:
-        item["content"] = parts[0]["text"] if len(parts) == 1 else parts
+        item["content"] = parts[0]["text"] if len(parts) == 1 and parts[0]["type"] == "text" else parts
+
+
+def _image_part(block: ContentBlock, index: int, j: int) -> dict[str, Any]:
+    """An ``image`` block as an OpenAI ``image_url`` part: a base64 source becomes a data URL; a url
+    source keeps its URL (render refuses fetching it). The part remembers the block's location, so
+    errors about the image name the Anthropic block."""
+    where, param = f"messages[{index}].content[{j}].source", f"messages.{index}.content.{j}.source"
+    source = (block.model_extra or {}).get("source")
+    kind = source.get("type") if isinstance(source, dict) else None
+    if kind == "base64" and isinstance(source, dict):
+        media, data = source.get("media_type"), source.get("data")
+        if not isinstance(media, str) or not isinstance(data, str):
+            raise RenderError(f"{where} of type 'base64' needs a string 'media_type' (image/png, image/jpeg, "
+                              "image/webp) and a string 'data'.", param=param)
+        url = f"data:{media};base64,{data}"
+    elif kind == "url" and isinstance(source, dict) and isinstance(source.get("url"), str):
+        url = source["url"]
+    else:
+        raise RenderError(f"{where} must be an object of type 'base64' (with media_type and data) or 'url'.",
+                          param=param)
+    return {"type": "image_url", "image_url": {"url": url}, SOURCE_KEY: [where, param]}
 
 
 def _tool_result_text(block: ContentBlock, index: int, j: int) -> str:

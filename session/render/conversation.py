@@ -3,7 +3,10 @@
 - Content: a string stays a string; ``None`` becomes ``""``; a list of text parts is joined with
   ``"\\n"`` for templates that read content as a string, or kept as ``{"type": "text", "text"}``
   parts (plus the part's extra keys) for templates that loop over content ("openai" format).
-  Non-text parts (images, audio…) are refused: render is text-only.
+  ``image_url`` parts are collected (in order) into the caller's ``images`` list, and the template
+  sees ``{"type": "image"}`` ("openai" format) or, for string templates, the model's placeholder
+  text before the message's text, one line per image, as vLLM does. Other parts (audio, video…) are
+  refused.
 - Assistant messages keep ``tool_calls`` (an empty list is dropped) with ``arguments`` parsed from
   their JSON string into an object (invalid or non-object JSON becomes ``{}``, as vLLM does, so a
   bad turn in the history never makes the conversation unrecoverable); ``reasoning`` is passed as
@@ -21,18 +24,24 @@ import orjson
 
 from session.errors import RenderError
 from session.protocol.openai import ChatMessage, ContentPart, Tool, ToolCall
+from session.render.images import ImageRef
 from session.render.template import ContentFormat
 
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})
 _PART_FIELDS = frozenset({"type", "text"})
+# An image_url part converted from an Anthropic image block carries [where, param] of the block.
+SOURCE_KEY = "tokenwire_source"
 
 
-def conversation_of(messages: list[ChatMessage], content_format: ContentFormat) -> list[dict[str, Any]]:
-    """The template's ``messages``: fresh dicts (the template layer may edit them)."""
+def conversation_of(messages: list[ChatMessage], content_format: ContentFormat, *,
+                    images: list[ImageRef] | None = None, placeholder: str = "") -> list[dict[str, Any]]:
+    """The template's ``messages``: fresh dicts (the template layer may edit them). Image parts
+    are appended to ``images`` (refused when it is ``None``)."""
     out: list[dict[str, Any]] = []
     for index, msg in enumerate(messages):
         role = msg.role
-        item: dict[str, Any] = {"role": role, "content": _content(msg.content, content_format, index)}
+        item: dict[str, Any] = {"role": role,
+                                "content": _content(msg.content, content_format, index, images, placeholder)}
         if role == "assistant":
             if msg.tool_calls:
                 item["tool_calls"] = [_tool_call(tc) for tc in msg.tool_calls]
@@ -51,30 +60,52 @@ def conversation_of(messages: list[ChatMessage], content_format: ContentFormat) 
     return out
 
 
-def _content(content: str | list[str | ContentPart] | None, fmt: ContentFormat,
-             index: int) -> str | list[dict[str, Any]]:
+def _content(content: str | list[str | ContentPart] | None, fmt: ContentFormat, index: int,
+             images: list[ImageRef] | None, placeholder: str) -> str | list[dict[str, Any]]:
     if content is None:
         return [] if fmt == "openai" else ""
     if isinstance(content, str):
         return [{"type": "text", "text": content}] if fmt == "openai" else content
     texts: list[str] = []
+    placeholders: list[str] = []
     parts: list[dict[str, Any]] = []
     for j, part in enumerate(content):
         if isinstance(part, str):
             text: str | None = part
             extra: dict[str, Any] = {}
+        elif part.type == "image_url" and images is not None:
+            images.append(_image_ref(part, index, j))
+            placeholders.append(placeholder)
+            parts.append({"type": "image"})
+            continue
         else:
             if part.type not in _TEXT_PART_TYPES:
                 raise RenderError(
-                    f"messages[{index}].content[{j}] has type {part.type!r}; render supports text content only.",
-                    param=f"messages.{index}.content.{j}.type")
+                    f"messages[{index}].content[{j}] has type {part.type!r}; render supports text and image_url "
+                    "content parts.", param=f"messages.{index}.content.{j}.type")
             text = part.text
             extra = dict(part.model_extra or {})
         if text is None:
             continue  # vLLM skips text parts without text
         texts.append(text)
         parts.append({"type": "text", "text": text, **extra})
-    return parts if fmt == "openai" else "\n".join(texts)
+    return parts if fmt == "openai" else "\n".join(placeholders + texts)
+
+
+def _image_ref(part: ContentPart, index: int, j: int) -> ImageRef:
+    """The URL of an ``image_url`` part (``{"url": …}``, or a bare string) and where it sits; an
+    Anthropic image block converted to this part carries its own location."""
+    extra = part.model_extra or {}
+    value = extra.get("image_url")
+    url = value.get("url") if isinstance(value, dict) else value
+    where, param = f"messages[{index}].content[{j}].image_url", f"messages.{index}.content.{j}.image_url"
+    source = extra.get(SOURCE_KEY)
+    if isinstance(source, list) and len(source) == 2 and all(isinstance(s, str) for s in source):
+        where, param = source
+    if not isinstance(url, str):
+        raise RenderError(f"{where} must be an object with a string 'url' (a data:image/...;base64 URL or "
+                          "base64).", param=param)
+    return ImageRef(url, where, param)
 
 
 def _tool_call(tc: ToolCall) -> dict[str, Any]:

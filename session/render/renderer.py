@@ -5,7 +5,9 @@ A :class:`Renderer` is bound to one tokenizer and one chat template. It is pure 
 
 Rules, in vLLM's order: unknown model → 404; beam search refused; an untrusted request chat
 template refused; ``tool_choice`` other than ``"none"`` needs a tool parser (``"auto"`` also needs
-auto tool choice); the conversation is rendered with the chat template and tokenized; length
+auto tool choice); the conversation is rendered with the chat template and tokenized; its images
+(a model with :class:`~session.render.vision.Vision` only) are decoded and processed, their
+placeholder tokens expanded and their ``features`` attached; length
 rules (:mod:`session.render.limits`); sampling params from the request, with a configured tool
 parser keeping special tokens (and constraining ``required`` / named tool choice to a JSON
 schema); the assistant-token mask and token offsets when asked for.
@@ -16,7 +18,7 @@ from __future__ import annotations
 import secrets
 from typing import Any
 
-from engine.protocol import GenerateRequest, SamplingParams
+from engine.protocol import GenerateRequest, MultiModalFeatures, SamplingParams
 from engine.structured import structured_outputs, unsupported_schema_feature
 from session.errors import ModelNotFound, RenderError
 from session.protocol.anthropic import MessagesRequest
@@ -24,8 +26,10 @@ from session.protocol.openai import ChatCompletionRequest, CompletionRequest, Na
 from session.render.anthropic import to_openai_chat
 from session.render.conversation import conversation_of, tool_dicts_of
 from session.render.encoder import Encoder, assistant_mask
+from session.render.images import ImageRef
 from session.render.limits import FittedPrompt, check_text_length, fit_mask, fit_prompt
 from session.render.template import ChatTemplate
+from session.render.vision import Vision, expand_mask
 
 NO_TEMPLATE = ("As of transformers v4.44, default chat template is no longer allowed, so you must provide "
                "a chat template if the tokenizer does not define one.")
@@ -45,7 +49,8 @@ def new_request_id(prefix: str) -> str:
 class Renderer:
     def __init__(self, tokenizer: Any, *, model_name: str, max_model_len: int,
                  chat_template: str | None = None, tool_call_parser: str | None = None,
-                 enable_auto_tool_choice: bool = False, trust_request_chat_template: bool = False) -> None:
+                 enable_auto_tool_choice: bool = False, trust_request_chat_template: bool = False,
+                 vision: Vision | None = None) -> None:
         if max_model_len < 1:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
         self.tokenizer = tokenizer
@@ -54,6 +59,7 @@ class Renderer:
         self.tool_call_parser = tool_call_parser
         self.enable_auto_tool_choice = enable_auto_tool_choice
         self.trust_request_chat_template = trust_request_chat_template
+        self.vision = vision  # the model's image side (None: the model takes no images)
         self.encoder = Encoder(tokenizer)
         self.max_chars_per_token = self.encoder.max_chars_per_token
         try:
@@ -79,7 +85,14 @@ class Renderer:
         self._check_tool_choice(req)
         template = self._template_for(req)
         tools = tool_dicts_of(req.tools) if req.tools else None
-        conversation = conversation_of(req.messages, template.content_format)
+        images: list[ImageRef] = []
+        conversation = conversation_of(req.messages, template.content_format, images=images,
+                                       placeholder=self.vision.placeholder if self.vision else "")
+        if images:
+            if self.vision is None:
+                raise RenderError(f"The model `{self.model_name}` does not accept images; send text only.",
+                                  param=images[0].param)
+            self.vision.check_count(images)
         want_mask = req.return_assistant_tokens_mask and template.marks_generation
         rendered = template.render(
             conversation, tools=tools, documents=req.documents,
@@ -90,21 +103,32 @@ class Renderer:
                           requested_max_tokens=req.requested_max_tokens,
                           truncate_prompt_tokens=req.truncate_prompt_tokens,
                           max_chars_per_token=self.max_chars_per_token, param="messages")
-        if req.return_token_offsets or want_mask:
+        if (req.return_token_offsets and not images) or want_mask:
             encoded = self.encoder.encode(rendered.text, add_special_tokens=req.add_special_tokens)
             ids = encoded.ids
             mask = fit_mask(assistant_mask(encoded, rendered.generation_spans), len(ids)) if want_mask else None
-            offsets = encoded.offsets if req.return_token_offsets else None
+            offsets = encoded.offsets if req.return_token_offsets and not images else None
         else:
             ids = self.encoder.ids(rendered.text, add_special_tokens=req.add_special_tokens, salt=req.cache_salt)
             mask, offsets = None, None
+        features = None
+        if images:  # token offsets are text positions: none for a prompt with images (as vLLM)
+            assert self.vision is not None
+            prepared = self.vision.prepare(images, ids)
+            ids, features = prepared.token_ids, prepared.features
+            if mask is not None:
+                mask = expand_mask(mask, prepared.expanded_at)
         fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
                             truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
                             offsets=offsets, param="messages",
                             max_tokens_param="max_completion_tokens" if req.max_completion_tokens is not None
                             else "max_tokens")
+        if features is not None and len(fitted.token_ids) != len(ids):
+            raise RenderError(f"truncate_prompt_tokens={req.truncate_prompt_tokens} would cut a prompt of {len(ids)} "
+                              "tokens that holds images (their placeholders must stay whole); raise it or send "
+                              "fewer messages.", param="truncate_prompt_tokens")
         params = self._chat_sampling(req, fitted.max_tokens)
-        return self._generate_request(new_request_id("chatcmpl"), fitted, params, req)
+        return self._generate_request(new_request_id("chatcmpl"), fitted, params, req, features)
 
     def render_completion(self, req: CompletionRequest) -> list[GenerateRequest]:
         self.check_model(req.model)
@@ -237,7 +261,8 @@ class Renderer:
 
     @staticmethod
     def _generate_request(request_id: str, fitted: FittedPrompt, params: SamplingParams,
-                          req: ChatCompletionRequest | CompletionRequest) -> GenerateRequest:
+                          req: ChatCompletionRequest | CompletionRequest,
+                          features: MultiModalFeatures | None = None) -> GenerateRequest:
         stream = bool(req.stream)
         return GenerateRequest.model_construct(
             request_id=request_id,
@@ -245,7 +270,7 @@ class Renderer:
             sampling_params=params,
             model=req.model,
             token_offsets=fitted.offsets,
-            features=None,
+            features=features,
             content_parts=None,
             assistant_tokens_mask=fitted.assistant_mask,
             reasoning_ended=None,

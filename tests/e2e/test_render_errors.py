@@ -196,10 +196,11 @@ def test_an_out_of_vocabulary_token_is_400(client: httpx.Client) -> None:
     assert err["message"].startswith("Token id 10000000 is out of vocabulary")
 
 
-def test_non_text_content_is_400(client: httpx.Client) -> None:
+def test_an_image_for_a_text_model_is_400(client: httpx.Client) -> None:
     body = {"messages": [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "http://x"}}]}]}
     err = openai_error(client.post(CHAT, json=body), 400)
-    assert err["param"] == "messages.0.content.0.type"
+    assert err["param"] == "messages.0.content.0.image_url"
+    assert "does not accept images" in err["message"]
 
 
 def test_a_bad_logit_bias_key_is_400_naming_the_field(client: httpx.Client) -> None:

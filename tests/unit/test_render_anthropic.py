@@ -117,11 +117,18 @@ def test_thinking_config_sets_enable_thinking_unless_given() -> None:
         {"enable_thinking": True}
 
 
-def test_an_image_block_is_refused_naming_it() -> None:
+def test_an_image_block_becomes_an_image_url_part_that_remembers_the_block() -> None:
+    chat = to_openai_chat(messages(messages=[{"role": "user", "content": [
+        {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]))
+    content = chat.messages[0].content
+    assert isinstance(content, list) and not isinstance(content[0], str)
+    part = content[0].model_dump()
+    assert part["image_url"] == {"url": "data:image/png;base64,AAAA"}
+    assert part["tokenwire_source"] == ["messages[0].content[0].source", "messages.0.content.0.source"]
     with pytest.raises(RenderError) as info:
         to_openai_chat(messages(messages=[{"role": "user", "content": [
-            {"type": "image", "source": {"type": "base64", "media_type": "image/png", "data": "AAAA"}}]}]))
-    assert info.value.param == "messages.0.content.0.type"
+            {"type": "text", "text": "see"}, {"type": "image", "source": {"type": "file", "file_id": "f"}}]}]))
+    assert info.value.param == "messages.0.content.1.source"
 
 
 def test_messages_render_equals_the_equivalent_chat_render(tokenizer: Any) -> None:

@@ -168,11 +168,16 @@ def test_named_tool_choice_with_a_parser_constrains_output_to_its_parameters(qwe
 
 def test_non_text_content_is_refused_naming_the_part(qwen: Any) -> None:
     msg = [{"role": "user", "content": [{"type": "text", "text": "see"},
-                                        {"type": "image_url", "image_url": {"url": "http://x/y.png"}}]}]
-    with pytest.raises(RenderError) as info:
+                                        {"type": "image_url", "image_url": {"url": "data:image/png;base64,AAAA"}}]}]
+    with pytest.raises(RenderError) as info:  # a text model: images are refused before any decoding
         renderer(qwen).render_chat(chat(messages=msg))
-    assert info.value.param == "messages.0.content.1.type"
-    assert "image_url" in info.value.message
+    assert info.value.param == "messages.0.content.1.image_url"
+    assert "does not accept images" in info.value.message
+    audio = [{"role": "user", "content": [{"type": "input_audio", "input_audio": {"data": "AAAA"}}]}]
+    with pytest.raises(RenderError) as info:
+        renderer(qwen).render_chat(chat(messages=audio))
+    assert info.value.param == "messages.0.content.0.type"
+    assert "input_audio" in info.value.message
 
 
 def test_a_template_exception_is_a_render_error_with_the_templates_message(qwen: Any) -> None:
