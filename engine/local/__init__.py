@@ -4,6 +4,8 @@
 - :mod:`engine.local.scheduler` — admission, KV rows and step planning (no torch);
 - :mod:`engine.local.runner` — model loading and batched prefill / decode forwards;
 - :mod:`engine.local.kv` — the per-row KV buffers the model reads through a duck-typed cache;
+- :mod:`engine.local.vision` — vision-language models: ``features`` checked and decoded, the
+  vision tower, M-RoPE positions;
 - :mod:`engine.local.sampling` — penalties, filters, seeded draws and logprobs;
 - :mod:`engine.local.params` — request validation against the served model (no torch);
 - :mod:`engine.local.outbox` — bounded per-request buffers on the event loop (no torch);

@@ -38,6 +38,7 @@ from engine.local.sampling import Sampled, SampleRow, sample
 from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
 from engine.local.scheduler import Sequence as Seq
 from engine.local.step import Delivery, final_output, run_step
+from engine.local.vision import VisionSpec, read_features
 from engine.protocol import GenerateRequest
 
 log = logging.getLogger("tokenwire.engine")
@@ -60,10 +61,11 @@ class LocalEngine(Engine):
         self.max_waiting = max_waiting
         self.outbox_capacity = outbox_capacity
         self.limits: ModelLimits = read_limits(self.model_dir, max_model_len, max_n=max_num_seqs)
+        self.vision = VisionSpec.read(self.model_dir)  # None: a text model (features refused)
         self.scheduler = Scheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                    max_waiting=max_waiting + 1)
         self.runner = ModelRunner(self.model_dir, dtype=self.dtype, max_rows=max_num_seqs,
-                                  max_model_len=max_model_len)
+                                  max_model_len=max_model_len, vision=self.vision)
         self.grammars = Grammars(self.model_dir, self.limits.vocab_size)
         # shared with the engine thread (guarded by _cv)
         self._cv = threading.Condition()
@@ -137,10 +139,14 @@ class LocalEngine(Engine):
         grammar = None
         if params.structured is not None:  # compile (or find) the grammar before admission
             grammar = await asyncio.to_thread(self.grammars.prepare, params, prompt)
+        mm = None
+        if request.features is not None:  # checked and decoded off the loop (megabytes of base64)
+            mm = await asyncio.to_thread(read_features, request.features, prompt, self.vision)
         external = request.request_id or secrets.token_hex(8)
         key = f"{external}\x00{next(self._ids)}"
         base_seed = params.seed if params.seed is not None else secrets.randbits(63)
-        group = RequestGroup(key, prompt, params, [base_seed] * params.n, external_id=external, grammar=grammar)
+        group = RequestGroup(key, prompt, params, [base_seed] * params.n, external_id=external, grammar=grammar,
+                             mm=mm)
         box = Outbox(self.outbox_capacity)
         with self._cv:
             if self._inbox_adds + self._sched_waiting >= self.max_waiting:

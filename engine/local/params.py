@@ -7,7 +7,9 @@ answer 400 with a message that says what to fix.
 
 Stop *strings* (``sampling_params.stop``) are not the engine's business: the engine never sees
 text; derender applies them. Everything else the engine cannot honour (``bad_words``,
-``prompt_logprobs``, multimodal ``features``) is refused, never ignored. ``structured_outputs`` is
+``prompt_logprobs``) is refused, never ignored. Multimodal ``features`` are checked against the
+prompt by :mod:`engine.local.vision` (a text model refuses them); here only a truncation that would
+cut a prompt with images is refused. ``structured_outputs`` is
 read and checked here (:mod:`engine.structured`) and enforced by :mod:`engine.local.grammar`.
 """
 
@@ -94,8 +96,6 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
     """Validate ``request`` for this model; return the prompt ids and the resolved params."""
     sp = request.sampling_params
     vocab, max_len = limits.vocab_size, limits.max_model_len
-    if request.features is not None:
-        raise _bad("Multimodal features are not supported by this engine.", "features")
     prompt = list(request.token_ids)
     if sp.truncate_prompt_tokens is not None:
         k = sp.truncate_prompt_tokens
@@ -103,6 +103,10 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
             k = max_len
         if k < 1:
             raise _bad("sampling_params.truncate_prompt_tokens must be -1 or at least 1.",
+                       "sampling_params.truncate_prompt_tokens")
+        if request.features is not None and k < len(prompt):
+            raise _bad(f"sampling_params.truncate_prompt_tokens={k} would cut a prompt of {len(prompt)} tokens "
+                       "that holds images (their placeholder offsets refer to the whole prompt); raise it.",
                        "sampling_params.truncate_prompt_tokens")
         prompt = prompt[-k:]
     _check_ids(prompt, vocab, "token_ids")

@@ -10,6 +10,11 @@ Everything here runs on the engine thread. Two kinds of forward per step:
   its own position, attending to its own row through a ``[d, 1, 1, T]`` boolean mask; when
   every row has the same length the mask is dropped, again matching ``model.generate``.
 
+A vision-language model (Qwen2-VL, :mod:`engine.local.vision`) loads as an image-text-to-text
+model; a batch with image rows feeds embeddings (the vision tower's output merged at the image
+placeholders) and 3-D M-RoPE positions, decode adds each image request's rope delta; a batch
+without images runs exactly as for a text model.
+
 Attention goes through the model's own SDPA path with a prepared 4D mask, and the KV cache is
 :class:`engine.local.kv.StepCache`, so any decoder whose attention layers call
 ``past_key_values.update(k, v, layer_idx)`` (Llama, Qwen2/3, Mistral, SmolLM, …) runs unchanged;
@@ -26,16 +31,20 @@ from typing import Any
 import torch
 
 from engine.errors import EngineUnavailable
+from engine.local import vision
 from engine.local.kv import KVStore, StepCache, WritePlan
 from engine.local.params import ModelLimits
 from engine.local.scheduler import KVOp, PrefillChunk, Sequence
+from engine.local.vision import VisionPrompt, VisionSpec
 
 log = logging.getLogger("tokenwire.engine")
 
 
 class ModelRunner:
-    def __init__(self, model_dir: Path, *, dtype: torch.dtype, max_rows: int, max_model_len: int) -> None:
+    def __init__(self, model_dir: Path, *, dtype: torch.dtype, max_rows: int, max_model_len: int,
+                 vision: VisionSpec | None = None) -> None:
         self.model_dir = model_dir
+        self.vision = vision  # a vision-language model: images in prefill, 3-D (M-RoPE) positions
         self.dtype = dtype
         self.max_rows = max_rows
         self.max_model_len = max_model_len
@@ -46,17 +55,18 @@ class ModelRunner:
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
-        from transformers import AutoModelForCausalLM
+        from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+        auto: Any = AutoModelForImageTextToText if self.vision is not None else AutoModelForCausalLM
         try:
-            model: Any = AutoModelForCausalLM.from_pretrained(
+            model: Any = auto.from_pretrained(
                 str(self.model_dir), dtype=self.dtype, attn_implementation="sdpa", local_files_only=True)
         except Exception as exc:  # many kinds (OSError, ValueError, safetensors errors…)
             log.exception("cannot load model from %s", self.model_dir)
             raise EngineUnavailable(
                 f"cannot load the model from {self.model_dir} ({type(exc).__name__}); see the server log.") from exc
         model.eval()
-        config = model.config
+        config = model.config.get_text_config()  # a vision-language model's text side
         self.model = model
         self.vocab_size = int(model.get_output_embeddings().weight.shape[0])
         layer_types = getattr(config, "layer_types", None) or ()
@@ -80,7 +90,7 @@ class ModelRunner:
             raise EngineUnavailable(
                 f"the model in {self.model_dir} ({type(self.model).__name__}) is not supported by the local "
                 f"engine ({type(exc).__name__}); see the server log.") from exc
-        expected = int(self.model.config.num_hidden_layers)
+        expected = int(self.model.config.get_text_config().num_hidden_layers)
         seen = cache.layers_seen or set()
         if len(seen) != expected:
             raise EngineUnavailable(
@@ -141,7 +151,32 @@ class ModelRunner:
         plain = len(chunks) == 1 and chunks[0].start == 0 and not self._window_bites(kv_len)
         mask = None if plain else (torch.arange(kv_len)[None, None, :] <= pos[:, :, None])[:, None]
         plan = WritePlan(first, [c.start for c in chunks], [c.count for c in chunks], kv_len)
-        return self._forward(ids, pos, mask, plan)
+        images = [(i, c, c.seq.group.mm) for i, c in enumerate(chunks) if c.seq.group.mm is not None]
+        if not images:
+            return self._forward(ids, pos, mask, plan)
+        return self._prefill_images(ids, pos, mask, plan, chunks, images)
+
+    def _prefill_images(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, plan: WritePlan,
+                        chunks: list[PrefillChunk], images: list[tuple[int, PrefillChunk, VisionPrompt]]
+                        ) -> torch.Tensor:
+        """A prefill batch with image rows: their embeddings merged at the placeholders and their
+        M-RoPE positions (text rows keep their plain positions on all three axes)."""
+        assert self.vision is not None
+        width = ids.shape[1]
+        rope = pos[None].expand(3, -1, -1).clone()
+        embeds = self.model.get_input_embeddings()(ids)
+        for i, c, mm in images:
+            if c.start == 0:
+                vision.prepare(self.model, mm, c.seq.prompt, self.vision)
+            assert mm.positions is not None
+            pad = width - c.count
+            rope[:, i, pad:] = mm.positions[:, c.start:c.start + c.count]
+            vision.merge_chunk(mm, embeds[i], c.start, c.count, pad)
+        logits = self._forward(ids, pos, mask, plan, embeds=embeds, rope=rope)
+        for _, c, mm in images:
+            if c.completes:  # decode needs only the delta
+                mm.embeds, mm.positions, mm.items = None, None, []
+        return logits
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token for each of ``seqs`` (rows ``0 .. len(seqs)-1``); returns ``[d, vocab]``."""
@@ -155,18 +190,25 @@ class ModelRunner:
         if not same or self._window_bites(kv_len):
             mask = (torch.arange(kv_len)[None, :] <= pos[:, None])[:, None, None, :]
         plan = WritePlan(0, positions, [1] * len(seqs), kv_len, positions=pos)
-        return self._forward(ids, pos[:, None], mask, plan)
+        rope = None
+        if any(s.group.mm is not None for s in seqs):  # M-RoPE: sequence index + the request's delta
+            deltas = torch.tensor([s.group.mm.delta if s.group.mm is not None else 0 for s in seqs])
+            rope = (pos + deltas)[None, :, None].expand(3, -1, -1)
+        return self._forward(ids, pos[:, None], mask, plan, rope=rope)
 
     def _window_bites(self, kv_len: int) -> bool:
         return self.sliding_window is not None and kv_len > self.sliding_window
 
-    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
-                 plan: WritePlan) -> torch.Tensor:
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, plan: WritePlan, *,
+                 embeds: torch.Tensor | None = None, rope: torch.Tensor | None = None) -> torch.Tensor:
+        """``pos``: each token's place in its KV row (mask and writes); ``rope``: its rotary
+        positions when they differ (``[3, batch, width]`` M-RoPE), else ``pos`` is used."""
         assert self.kv is not None
         attention: Any = mask
         if self.sliding_window is not None:
             attention = self._layer_masks(mask, pos, plan.kv_len)
-        out = self.model(input_ids=ids, position_ids=pos, attention_mask=attention,
+        tokens = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
+        out = self.model(**tokens, position_ids=pos if rope is None else rope, attention_mask=attention,
                          past_key_values=StepCache(self.kv, plan), use_cache=True, logits_to_keep=1)
         logits: torch.Tensor = out.logits[:, -1, :]
         return logits

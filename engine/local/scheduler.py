@@ -80,6 +80,7 @@ class RequestGroup:
     admitted: bool = False  # left the waiting queue; its n sequences count against max_num_seqs
     aborted: bool = False
     grammar: Any = None  # compiled structured-output constraint (engine.local.grammar), or None
+    mm: Any = None  # the prompt's images (engine.local.vision.VisionPrompt), or None
 
     def __post_init__(self) -> None:
         if not self.seqs:

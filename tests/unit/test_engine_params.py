@@ -75,11 +75,16 @@ def test_missing_max_tokens_means_the_rest_of_the_context() -> None:
     assert p.max_tokens == 61
 
 
-def test_multimodal_features_are_refused() -> None:
-    r = GenerateRequest.model_validate({"token_ids": [1], "sampling_params": {}, "features": {"image": 1}})
+def test_a_truncation_that_would_cut_a_prompt_with_images_is_refused() -> None:
+    features = {"mm_hashes": {"image": ["h"]}, "mm_placeholders": {"image": [{"offset": 1, "length": 2}]}}
+    r = GenerateRequest.model_validate({"token_ids": [1, 9, 9, 3], "features": features,
+                                        "sampling_params": {"truncate_prompt_tokens": 3}})
     with pytest.raises(InvalidGenerateRequest) as info:
         resolve(r, LIMITS)
-    assert info.value.param == "features"
+    assert info.value.param == "sampling_params.truncate_prompt_tokens"
+    whole = GenerateRequest.model_validate({"token_ids": [1, 9, 9, 3], "features": features,
+                                            "sampling_params": {"truncate_prompt_tokens": 4}})
+    assert resolve(whole, LIMITS)[0] == [1, 9, 9, 3]
 
 
 def test_stop_strings_are_left_to_derender() -> None:
