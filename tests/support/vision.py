@@ -50,6 +50,17 @@ def decoded(img: Any, fmt: str) -> Any:
     return out
 
 
+def png_header(width: int, height: int) -> bytes:
+    """A PNG signature and IHDR chunk announcing ``width`` × ``height``, then a truncated IDAT: a
+    tiny file whose header claims any size (what a decompression bomb looks like to a decoder)."""
+    import zlib
+
+    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
+    chunk = b"IHDR" + ihdr
+    body = len(ihdr).to_bytes(4, "big") + chunk + zlib.crc32(chunk).to_bytes(4, "big")
+    return b"\x89PNG\r\n\x1a\n" + body + b"\x00\x00\x10\x00IDAT" + b"\x78\x9c" + b"\x00" * 64
+
+
 def openai_content(urls: list[str], text: str = "What is in the picture?") -> list[dict[str, Any]]:
     return [*({"type": "image_url", "image_url": {"url": u}} for u in urls), {"type": "text", "text": text}]
 

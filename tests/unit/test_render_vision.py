@@ -8,7 +8,6 @@ import hashlib
 import io
 import subprocess
 import sys
-import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -30,6 +29,7 @@ from tests.support.vision import (
     encoded,
     image,
     openai_content,
+    png_header,
     reference_content,
     reference_processor,
 )
@@ -169,14 +169,6 @@ def test_a_string_template_gets_the_placeholder_text_before_the_message_text(vl_
 
 
 # --- bad images: a 400 naming the part and what to fix -------------------------------------------
-
-
-def png_header(width: int, height: int) -> bytes:
-    """A PNG signature and IHDR chunk announcing ``width`` × ``height``, then a truncated IDAT."""
-    ihdr = width.to_bytes(4, "big") + height.to_bytes(4, "big") + bytes([8, 2, 0, 0, 0])
-    chunk = b"IHDR" + ihdr
-    body = len(ihdr).to_bytes(4, "big") + chunk + zlib.crc32(chunk).to_bytes(4, "big")
-    return b"\x89PNG\r\n\x1a\n" + body + b"\x00\x00\x10\x00IDAT" + b"\x78\x9c" + b"\x00" * 64
 
 
 def b64(data: bytes, media: str = "image/png") -> str:
