@@ -179,3 +179,15 @@ def test_bad_features_on_generate_are_400s(http: httpx.Client) -> None:
     r = http.post("/inference/v1/generate", json=body)
     assert r.status_code == 400, r.text
     assert r.json()["error"]["param"] == "features.mm_placeholders"
+
+
+def test_launch_render_renders_images_without_torch(asset: Callable[[str], Path], http: httpx.Client) -> None:
+    from tests.e2e.test_cli import BREAK_TORCH
+
+    want = http.post("/v1/chat/completions/render", json=chat_body(2)).json()
+    with ServerProcess(["launch", "render", str(asset(VL_MODEL)), "--max-model-len", "2048"],
+                       preamble=BREAK_TORCH) as render:
+        got = httpx.post(render.url + "/v1/chat/completions/render", json=chat_body(2), timeout=60)
+    assert got.status_code == 200, got.text
+    assert {k: v for k, v in got.json().items() if k != "request_id"} == \
+        {k: v for k, v in want.items() if k != "request_id"}
