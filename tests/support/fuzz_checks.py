@@ -28,7 +28,7 @@ SEMANTIC_PARAMS = frozenset((
     "chat_template_kwargs", "stop", "stop_sequences", "echo", "seed", "temperature", "top_p", "top_k", "min_p",
     "repetition_penalty", "assistant_tokens_mask", "output_mode", "extra_args", "vllm_xargs",
     "kv_transfer_params", "cache_salt", "model", "body", "continue_final_message", "add_generation_prompt",
-    "stream_options"))
+    "stream_options", "features"))
 
 
 def _anthropic(case: Any) -> bool:
