@@ -67,8 +67,12 @@ class Vision:
             return None
         from transformers import AutoImageProcessor
 
-        processor = AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
-            str(model_dir), backend="pil", local_files_only=True)
+        try:
+            processor = AutoImageProcessor.from_pretrained(  # type: ignore[no-untyped-call]
+                str(model_dir), backend="pil", local_files_only=True)
+        except Exception as exc:  # transformers raises many kinds; the operator needs one line
+            raise ValueError(f"cannot load the image processor from {model_dir} ({type(exc).__name__}: "
+                             f"{str(exc)[:200]})") from None
         token, placeholder = arch
         token_id = tokenizer.convert_tokens_to_ids(token)
         if not isinstance(token_id, int) or token_id != config.get("image_token_id", token_id):
