@@ -165,7 +165,7 @@ def direct_baseline(model: Path, body: dict[str, Any], seconds: float) -> dict[s
     tok = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
     req = ChatCompletionRequest.model_validate(body)
     messages = conversation_of(req.messages, "string")
-    tools = tool_dicts_of(req.tools) if req.tools else None
+    tools: Any = tool_dicts_of(req.tools) if req.tools else None
     for _ in range(5):
         ids = tok.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=True,
                                       return_dict=False)

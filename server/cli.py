@@ -181,7 +181,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         max_concurrent_requests=args.max_concurrent_requests,
         body_timeout=args.body_timeout,
         environ=environ,
-        **extra,  # type: ignore[arg-type]
+        **extra,
     )
 
 

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -334,7 +334,7 @@ class PipelineStream:
         finally:
             await agen.aclose()
 
-    async def stream_events(self) -> AsyncIterator[StreamEvent]:
+    async def stream_events(self) -> AsyncGenerator[StreamEvent]:
         prep = self.prep
         try:
             if prep.kind == "messages":
@@ -478,7 +478,7 @@ async def _merge(runs: list[_EngineRun]) -> AsyncIterator[tuple[int, EngineOutpu
         return
     iters = [r.outputs() for r in runs]
     pending: dict[asyncio.Task[EngineOutput], int] = {
-        asyncio.ensure_future(it.__anext__()): k for k, it in enumerate(iters)  # type: ignore[arg-type]
+        asyncio.ensure_future(it.__anext__()): k for k, it in enumerate(iters)
     }
     try:
         while pending:
@@ -491,7 +491,7 @@ async def _merge(runs: list[_EngineRun]) -> AsyncIterator[tuple[int, EngineOutpu
                     continue
                 yield k, out
                 if not runs[k].closed:
-                    pending[asyncio.ensure_future(iters[k].__anext__())] = k  # type: ignore[arg-type]
+                    pending[asyncio.ensure_future(iters[k].__anext__())] = k
     finally:
         for task in pending:
             task.cancel()

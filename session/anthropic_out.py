@@ -197,4 +197,5 @@ class MessageStream:
 
 def sse_event(event: dict[str, Any]) -> bytes:
     """One Anthropic SSE event (``event:`` line + ``data:`` line)."""
-    return b"event: " + event["type"].encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"
+    kind: str = event["type"]
+    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"

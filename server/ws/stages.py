@@ -71,7 +71,7 @@ class PipelineStages:
             async for event in events:
                 yield StreamEvent(event.payload, event.checkpoint, event.output_token_ids, stream_id)
         finally:
-            await events.aclose()  # type: ignore[attr-defined]
+            await events.aclose()
             await opened.aclose()
 
 

@@ -55,7 +55,7 @@ def build_tiny_model_tokenizer(asset: Callable[[str], Path], dst: Path) -> Path:
 @pytest.fixture(scope="module")
 def client(asset: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[httpx.Client]:
     model = build_tiny_model_tokenizer(asset, tmp_path_factory.mktemp("vllm") / "tiny-model")
-    args = ["launch", "render", model, "--served-model-name", "tiny-model",
+    args: list[str | Path] = ["launch", "render", model, "--served-model-name", "tiny-model",
             "--tool-call-parser", "hermes", "--enable-auto-tool-choice"]
     try:
         with ServerProcess(args) as srv, httpx.Client(base_url=srv.url, timeout=60) as c:

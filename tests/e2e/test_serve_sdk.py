@@ -80,7 +80,7 @@ def test_n2_with_seed_gives_two_reproducible_choices(oai: openai.OpenAI) -> None
 def test_logprobs_have_one_entry_per_token_with_top_alternatives(oai: openai.OpenAI) -> None:
     r = oai.chat.completions.create(model="tiny-qwen3", messages=MESSAGES, max_tokens=6, temperature=0,
                                     logprobs=True, top_logprobs=2)
-    content = r.choices[0].logprobs.content  # type: ignore[union-attr]
+    content = r.choices[0].logprobs.content
     assert content is not None and r.usage is not None
     assert len(content) == r.usage.completion_tokens
     for entry in content:
@@ -142,7 +142,7 @@ def test_anthropic_stop_sequences_and_error_shape(claude: anthropic.Anthropic) -
     assert "".join(b.text for b in r.content if b.type == "text") == text[: text.index(stop)]
     with pytest.raises(anthropic.BadRequestError) as bad:
         claude.messages.create(model="tiny-qwen3", max_tokens=0, messages=MESSAGES)
-    assert bad.value.body["type"] == "error"  # type: ignore[index]
+    assert bad.value.body["type"] == "error"
 
 
 def test_disconnect_mid_stream_aborts_the_generation(server: ServerProcess) -> None:
@@ -210,15 +210,15 @@ def test_openai_sdk_tool_call_and_reasoning(tool_server: ServerProcess) -> None:
 def test_anthropic_sdk_tool_use_and_thinking(tool_server: ServerProcess) -> None:
     claude = anthropic.Anthropic(base_url=tool_server.url, api_key="none", max_retries=0)
     tools = [{"name": "get_weather", "description": "Get the weather",
-              "input_schema": WEATHER_TOOL["function"]["parameters"]}]  # type: ignore[index]
+              "input_schema": WEATHER_TOOL["function"]["parameters"]}]
     messages = [{"role": "user", "content": "Weather in Paris?"}]
-    full = claude.messages.create(model="qwen3", max_tokens=200, messages=messages, tools=tools)  # type: ignore[arg-type]
+    full = claude.messages.create(model="qwen3", max_tokens=200, messages=messages, tools=tools)
     kinds = [b.type for b in full.content]
     assert kinds[0] == "thinking" and kinds[-1] == "tool_use"
     tool = full.content[-1]
     assert tool.type == "tool_use" and tool.name == "get_weather" and tool.input == {"city": "Paris"}
     assert full.stop_reason == "tool_use"
-    with claude.messages.stream(model="qwen3", max_tokens=200, messages=messages, tools=tools) as stream:  # type: ignore[arg-type]
+    with claude.messages.stream(model="qwen3", max_tokens=200, messages=messages, tools=tools) as stream:
         final = stream.get_final_message()
     assert [b.type for b in final.content] == kinds
     streamed_tool = final.content[-1]

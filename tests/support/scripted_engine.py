@@ -26,6 +26,7 @@ import socket
 import threading
 import time
 from collections.abc import AsyncIterator
+from typing import Any
 
 import orjson
 import uvicorn
@@ -46,7 +47,7 @@ class ScriptedEngine:
         self.token_ids = token_ids
         self.step = step
         self.fault = fault
-        self.requests: list[dict] = []
+        self.requests: list[dict[str, Any]] = []
         self.aborted: list[str] = []
         self.url = ""
         self.port = 0

@@ -12,6 +12,7 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Sequence
 from pathlib import Path
 
 import httpx
@@ -22,7 +23,7 @@ _LISTEN = re.compile(r"tokenwire: listening on (http://\S+)")
 class ServerProcess:
     """``with ServerProcess(["serve", model_dir, "--tokens-only"]) as srv: srv.url``"""
 
-    def __init__(self, args: list[str], *, env: dict[str, str | None] | None = None,
+    def __init__(self, args: Sequence[str | os.PathLike[str]], *, env: dict[str, str | None] | None = None,
                  startup_timeout: float = 120.0, python: str = sys.executable,
                  preamble: str | None = None) -> None:
         self.args = [str(a) for a in args]
@@ -115,7 +116,7 @@ def merged_env(env: dict[str, str | None] | None) -> dict[str, str]:
     return out
 
 
-def run_cli(args: list[str], *, env: dict[str, str | None] | None = None, timeout: float = 60.0,
+def run_cli(args: Sequence[str | os.PathLike[str]], *, env: dict[str, str | None] | None = None, timeout: float = 60.0,
             preamble: str | None = None) -> subprocess.CompletedProcess[str]:
     """Run the CLI to completion (for startup errors) and capture its output."""
     code = (preamble or "") + "\nimport sys\nfrom server.cli import main\nsys.exit(main(sys.argv[1:]))\n"

@@ -27,7 +27,7 @@ def _replay(events: list[dict[str, Any]]) -> dict[str, Any]:
     """Assemble a message from events the way an Anthropic client does, checking the grammar."""
     assert events[0]["type"] == "message_start"
     assert events[-1]["type"] == "message_stop"
-    message = events[0]["message"]
+    message: dict[str, Any] = events[0]["message"]
     open_index = None
     for ev in events[1:-1]:
         kind = ev["type"]

@@ -231,8 +231,9 @@ def _greedy(directory: Path, prompt_ids: list[int], n: int) -> list[int]:
     torch.set_num_threads(min(2, torch.get_num_threads()))
     model = AutoModelForCausalLM.from_pretrained(str(directory), local_files_only=True)
     with torch.inference_mode():
-        out = model.generate(torch.tensor([prompt_ids]), attention_mask=torch.ones(1, len(prompt_ids),
-                             dtype=torch.long), max_new_tokens=n, do_sample=False)
+        mask = torch.ones(1, len(prompt_ids), dtype=torch.long)
+        out = model.generate(  # type: ignore[misc]
+            torch.tensor([prompt_ids]), attention_mask=mask, max_new_tokens=n, do_sample=False)
     return [int(t) for t in out[0][len(prompt_ids):]]
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from session.protocol import ChatCompletionRequest, CompletionRequest, MessagesRequest
 
@@ -14,7 +14,7 @@ M = [{"role": "user", "content": "x"}]
 T = [{"type": "function", "function": {"name": "f"}}]
 
 
-def error_of(model: type, body: dict[str, Any]) -> tuple[str, str]:
+def error_of(model: type[BaseModel], body: dict[str, Any]) -> tuple[str, str]:
     with pytest.raises(ValidationError) as info:
         model.model_validate(body)
     err = info.value.errors(include_url=False)[0]

@@ -19,7 +19,7 @@ GEN_TEMPLATE = (
     "{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{%- endif %}"
 )
 USER = [{"role": "user", "content": "Hello there"}]
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
+TOOLS: list[dict[str, Any]] = [{"type": "function", "function": {"name": "get_weather", "description": "Weather",
                                            "parameters": {"type": "object", "properties": {"city": {"type": "string"}},
                                                           "required": ["city"]}}}]
 
@@ -163,7 +163,8 @@ def test_named_tool_choice_with_a_parser_constrains_output_to_its_parameters(qwe
     r = renderer(qwen, tool_call_parser="hermes")
     named = {"type": "function", "function": {"name": "get_weather"}}
     sp = r.render_chat(chat(tools=TOOLS, tool_choice=named)).sampling_params
-    assert (sp.structured_outputs or {})["json"] == TOOLS[0]["function"]["parameters"]
+    assert sp.structured_outputs is not None
+    assert sp.structured_outputs["json"] == TOOLS[0]["function"]["parameters"]
 
 
 def test_non_text_content_is_refused_naming_the_part(qwen: Any) -> None:
