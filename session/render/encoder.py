@@ -93,7 +93,7 @@ class Encoder:
 
 
 def _longest_token(vocab: dict[str, int]) -> int:
-    return max((len(token) for token in vocab), default=0)
+    return max(map(len, vocab), default=0)
 
 
 def assistant_mask(encoded: Encoded, spans: tuple[tuple[int, int], ...]) -> list[int]:
