@@ -59,6 +59,9 @@ class ChatStep:
 
 def _delta_tool_calls(request_id: str, choice: int, calls: Sequence[ToolCallDelta]) -> list[dict[str, Any]]:
     """Tool-call deltas in OpenAI's shape, merging consecutive fragments of the same call."""
+    if len(calls) == 1 and calls[0].name is None:  # the common step: more arguments of one call
+        c = calls[0]
+        return [{"id": None, "type": None, "index": c.index, "function": {"name": None, "arguments": c.arguments}}]
     out: list[dict[str, Any]] = []
     for c in calls:
         if out and out[-1]["index"] == c.index and (c.name is None):

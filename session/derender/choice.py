@@ -34,6 +34,7 @@ from session.detokenizer import (
 )
 from session.errors import DerenderError
 from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
+from session.parsers.tool.json_stream import is_plain
 from session.stop import StopStrings
 
 __all__ = ["ChoiceStream", "Piece", "StreamSpec"]
@@ -83,7 +84,7 @@ class Piece:
 
 
 class ChoiceStream:
-    __slots__ = ("count", "detok", "finished", "held", "index", "reasoning", "spec", "started",
+    __slots__ = ("count", "detok", "finished", "held", "index", "plain_call", "reasoning", "spec", "started",
                  "stops", "text_offset", "tool")
 
     def __init__(self, spec: StreamSpec, index: int, *, detok: ByteLevelDetokenizer | WindowDetokenizer,
@@ -101,6 +102,11 @@ class ChoiceStream:
         self.finished = finished
         self.started = started  # the first chunk (role / echo) went out
         self.text_offset = text_offset  # completion logprobs: characters before the next token
+        # Set after a step that left the tool parser inside a string of a call's JSON arguments
+        # with the reasoning parser passing text through (ToolParser.plain_args_call): the next
+        # plain text (json_stream.is_plain) is that call's arguments as it is, and feeding it would
+        # change neither parser, so the step skips them. Not part of the snapshot (a cache).
+        self.plain_call: int | None = None
 
     # --- construction ----------------------------------------------------------------------------
     @classmethod
@@ -265,6 +271,9 @@ class ChoiceStream:
         text = self.detok.push(ids)
         if not text:
             return Piece(counted=n)
+        call = self.plain_call
+        if call is not None and is_plain(text):  # inside a string argument: the parsers would pass it on
+            return Piece(tool_calls=[ToolCallDelta(call, None, text)], counted=n)
         if self.reasoning is None and self.tool is None:
             return Piece(content=text, counted=n)
         piece = self._parse(text, False)
@@ -275,6 +284,7 @@ class ChoiceStream:
         reasoning_parser, tool_parser = self.reasoning, self.tool
         if reasoning_parser is None and tool_parser is None:
             return Piece(content=text)
+        self.plain_call = None
         reasoning = ""
         content = text
         if reasoning_parser is not None:
@@ -302,6 +312,11 @@ class ChoiceStream:
         if t is None:
             return Piece(reasoning=reasoning)
         calls = t.tool_calls
-        if calls and not self.spec.parallel_tool_calls:
-            calls = [c for c in calls if c.index == 0]
+        if calls:
+            if not self.spec.parallel_tool_calls:
+                calls = [c for c in calls if c.index == 0]
+            if not done and (reasoning_parser is None or reasoning_parser.passthrough):
+                call = tool_parser.plain_args_call()
+                if call is None or self.spec.parallel_tool_calls or call == 0:
+                    self.plain_call = call
         return Piece(content=t.content, reasoning=reasoning, tool_calls=calls)

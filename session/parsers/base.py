@@ -92,6 +92,12 @@ class ReasoningParser(abc.ABC):
     def reasoning_ended(self) -> bool:
         """True once everything further is content (tool parsing may start)."""
 
+    @property
+    def passthrough(self) -> bool:
+        """True when ``feed(text)`` would return exactly ``content=text`` and change nothing, for
+        any text (reasoning over, nothing held): the derenderer may then skip ``feed``."""
+        return False
+
 
 class ToolParser(abc.ABC):
     """Splits content into plain content and tool calls. Returns ``ParsedDelta`` with only
@@ -120,3 +126,10 @@ class ToolParser(abc.ABC):
     @abc.abstractmethod
     def calls_made(self) -> int:
         """How many tool calls have been started so far."""
+
+    def plain_args_call(self) -> int | None:
+        """When not None: the parser is inside a string of call ``index``'s JSON arguments, and
+        feeding a text for which ``json_stream.is_plain`` holds would change nothing in it and
+        yield exactly that text as that call's arguments (so the derenderer may skip ``feed``
+        while the text stays plain). None: no such shortcut now (the default)."""
+        return None

@@ -20,7 +20,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from session.derender import DerenderService, assemble_message, resolve_parsers
+from engine.protocol import GenerateChoice, GenerateResponse
+from session.derender import (
+    DerenderService,
+    assemble_message,
+    chat_derenderer,
+    chat_response,
+    resolve_parsers,
+)
+from session.protocol.openai import ChatCompletionRequest
 from session.protocol.openai_responses import DerenderChatRequest, DerenderChatStreamRequest
 from session.state import StateCodec
 from tests.conftest import TOKENIZERS
@@ -29,7 +37,10 @@ PLAIN = ["Hello there.", " The weather in 巴黎 is nice 🌤️.", " 天气很�
          "\n\n", " Ωμέγα", " tabs\tand  spaces", " STOP here", " x", " ###", " end🛑"]
 THINK = ["Let me think 🤔 about it.", "用户想知道天气。", "Step 1: check.\nStep 2: answer 🛑 now."]
 CALLS = [{"name": "get_weather", "arguments": {"city": "Paris"}},
-         {"name": "get_time", "arguments": {"tz": "Asia/東京", "emoji": "🕐", "n": [1, 2.5, None]}}]
+         {"name": "get_time", "arguments": {"tz": "Asia/東京", "emoji": "🕐", "n": [1, 2.5, None]}},
+         # a long string argument: streamed through the plain-characters fast path, with escapes between
+         {"name": "plan_day", "arguments": {"notes": "Monday: museums if it rains, a \"river walk\" otherwise;\n"
+                                                     "Tuesday: 雨なら美術館 ☔ — back\\slash, tab\t and 🦩 at the end."}}]
 STOPS = ["STOP", "###", "🛑", "\n\n"]
 TOOLS = [{"type": "function", "function": {"name": c["name"], "parameters": {"type": "object"}}} for c in CALLS]
 SECRET = b"property-secret"
@@ -145,5 +156,49 @@ def test_streamed_deltas_with_client_carried_state_equal_the_one_shot_derender(
         ids_seen = {tc["id"] for ch in chunks for tc in ch["choices"][0]["delta"].get("tool_calls", []) if tc["id"]}
         assert len(ids_seen) == len(got["tool_calls"])  # one pinned id per call across all calls
         assert largest < 1024  # counters, a few held characters, an unfinished tool call at most
+
+    check()
+
+
+@pytest.mark.parametrize("name", TOKENIZERS)
+def test_long_string_arguments_streamed_token_by_token_equal_the_canonical_one_shot(
+        name: str, tokenizer: Callable[[str], Any]) -> None:
+    """Inside a tool call's string argument most steps take the plain-characters fast path; any
+    text (escapes, control characters, non-ASCII written raw or as \\u escapes), cut into 1–3 token
+    chunks, must still stream exactly the one-shot derender's canonical arguments."""
+    tok = tokenizer(name)
+    prompt = tok._tokenizer.encode("<|im_start|>user\nplan?<|im_end|>\n<|im_start|>assistant\n",
+                                   add_special_tokens=False).ids
+    request = ChatCompletionRequest.model_validate({"messages": [{"role": "user", "content": "plan?"}],
+                                                    "tools": TOOLS, "stream": True})
+
+    def derenderer() -> Any:
+        return chat_derenderer(request, prompt, request_id="chatcmpl-a", created=0, model="m", tokenizer=tok,
+                               tool_parser="hermes", reasoning_parser="qwen3", enable_auto_tool_choice=True)
+
+    @settings(max_examples=20, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+    @given(notes=st.text(max_size=80), ascii_only=st.booleans(), sizes=st.lists(st.integers(1, 3), min_size=1))
+    def check(notes: str, ascii_only: bool, sizes: list[int]) -> None:
+        args = {"notes": notes, "n": 1}
+        text = ("<think>\nok\n</think>\n\n<tool_call>\n"
+                + json.dumps({"name": "plan_day", "arguments": args}, ensure_ascii=ascii_only) + "\n</tool_call>")
+        ids = [*tok._tokenizer.encode(text, add_special_tokens=False).ids, tok.eos_token_id]
+        whole = chat_response(derenderer(), GenerateResponse(request_id="chatcmpl-a", choices=[
+            GenerateChoice(index=0, finish_reason="stop", token_ids=ids)]))
+        call = whole["choices"][0]["message"]["tool_calls"][0]["function"]
+        decoded = tok._tokenizer.decode(ids[:-1])  # (a tokenizer's normalizer may change raw text)
+        block = decoded[decoded.index("<tool_call>\n") + 12:decoded.rindex("\n</tool_call>")]
+        assert call["arguments"] == json.dumps(json.loads(block)["arguments"], ensure_ascii=False)
+        d, k, pushes = derenderer(), 0, 0
+        chunks: list[dict[str, Any]] = []
+        while k < len(ids):
+            n = sizes[pushes % len(sizes)]
+            last = k + n >= len(ids)
+            step = d.push(0, ids[k:k + n], finish_reason="stop" if last else None)
+            if step.chunk is not None:
+                chunks.append(step.chunk)
+            k, pushes = k + n, pushes + 1
+        got = assemble_message(chunks)
+        assert [(c["name"], c["arguments"]) for c in got["tool_calls"]] == [(call["name"], call["arguments"])]
 
     check()

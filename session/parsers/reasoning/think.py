@@ -39,6 +39,10 @@ class ThinkReasoningParser(ReasoningParser):
     def reasoning_ended(self) -> bool:
         return self._mode == "content"
 
+    @property
+    def passthrough(self) -> bool:
+        return self._mode == "content" and not self._buf
+
     # -- the contract ------------------------------------------------------------------------
     def feed(self, text: str) -> ParsedDelta:
         return self._process(text, final=False)
@@ -72,8 +76,9 @@ class ThinkReasoningParser(ReasoningParser):
 
     def _process(self, text: str, final: bool) -> ParsedDelta:
         if self._mode == "content":
-            buf, self._buf = self._buf + text, ""
-            return ParsedDelta(content=buf)
+            if self._buf:
+                text, self._buf = self._buf + text, ""
+            return ParsedDelta(content=text)
         if not self._buf and "<" not in text:  # every tag starts with "<": plain reasoning
             return ParsedDelta(reasoning=text)
         buf, self._buf = self._buf + text, ""

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..base import ParserContext
-from .json_calls import CallListParser
+from .json_calls import CallListParser, CallObjectParser
 from .streaming import StreamingToolParser
 
 
@@ -69,6 +69,9 @@ class RequiredToolChoiceParser(StreamingToolParser):
         if state["l"] is not None:
             self._list = self._new_list()
             self._list.load_state(state["l"])
+
+    def _plain_args_reader(self) -> CallObjectParser | None:
+        return self._list.item if self._list is not None else None
 
     def _process(self, text: str, final: bool) -> None:
         reader = self._list

@@ -63,6 +63,9 @@ class HermesToolParser(StreamingToolParser):
         self._content(self._raw + rest)
         self._mode, self._raw, self._obj = "raw", "", None
 
+    def _plain_args_reader(self) -> CallObjectParser | None:
+        return self._obj if self._mode == "call" and not self._buf else None
+
     def _process(self, text: str, final: bool) -> None:
         if not self._buf and "<" not in text and self._mode in ("text", "between"):
             if self._mode == "text":  # no marker can start here: plain content

@@ -72,6 +72,16 @@ class CallObjectParser:
         return self._phase != "start"
 
     # -- reading ----------------------------------------------------------------------------
+    @property
+    def in_plain_args(self) -> bool:
+        """The call is committed and its reader is inside a string of the arguments, nothing
+        pending: feeding a text for which ``json_stream.is_plain`` holds then changes nothing here
+        and its arguments output is that text (the caller may skip ``feed`` and pass the text to
+        the sink itself)."""
+        val = self._val
+        return (self.committed and self._phase == "value" and self._role == "args" and not self._args_out
+                and val is not None and val.in_plain_string)
+
     def feed(self, text: str, i: int) -> int:
         n = len(text)
         while i < n:

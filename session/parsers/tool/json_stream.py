@@ -27,6 +27,9 @@ from typing import Any
 JSON_WS = " \t\n\r"
 _WS_RUN = re.compile(r"[ \t\n\r]*")
 _STR_RUN = re.compile(r'[^"\\\x00-\x1f]+')
+# Characters json.dumps(ensure_ascii=False) writes unchanged inside a string: no quote, backslash,
+# control character or (lone) surrogate.
+_PLAIN_RUN = re.compile(r'[^"\\\x00-\x1f\ud800-\udfff]+')
 _NUM_CHARS = frozenset("0123456789+-.eE")
 _NUM_RUN = re.compile(r"[0-9+\-.eE]+")
 _NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?")
@@ -67,6 +70,15 @@ def escape_lone_surrogates(json_text: str) -> str:
     if _LONE_SURROGATE.search(json_text) is None:
         return json_text
     return _LONE_SURROGATE.sub(lambda m: f"\\u{ord(m.group()):04x}", json_text)
+
+
+def is_plain(text: str) -> bool:
+    """Whether every character of ``text`` stands for itself inside a canonical JSON string
+    (``json.dumps(text, ensure_ascii=False) == '"' + text + '"'``): no quote, backslash, control
+    character or surrogate."""
+    if text.isprintable():  # (no control character or surrogate: the common case, without a regex)
+        return '"' not in text and "\\" not in text
+    return _PLAIN_RUN.fullmatch(text) is not None
 
 
 def canonical_number(text: str) -> str | None:
@@ -195,6 +207,13 @@ class JsonValueStreamer:
                 break
             i += 1
         return i
+
+    @property
+    def in_plain_string(self) -> bool:
+        """Inside a string with no escape or surrogate pending: feeding a text for which
+        :func:`is_plain` holds then emits exactly that text and changes nothing else (the fast
+        path of the tool parsers)."""
+        return self._tok == "s" and not self._pend and not self._hs
 
     # -- values -----------------------------------------------------------------------------
     def _start_value(self, c: str, out: list[str]) -> bool:

@@ -52,6 +52,9 @@ class Llama3JsonToolParser(StreamingToolParser):
     def _new_obj() -> CallObjectParser:
         return CallObjectParser(("arguments", "parameters"))
 
+    def _plain_args_reader(self) -> CallObjectParser | None:
+        return self._obj if self._mode == "call" and not self._buf else None
+
     def _process(self, text: str, final: bool) -> None:
         buf, self._buf = self._buf + text, ""
         i, n = 0, len(buf)

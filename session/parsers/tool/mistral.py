@@ -67,6 +67,15 @@ class MistralToolParser(StreamingToolParser):
         n = len(buf)
         return n if final else n - held_suffix_len(buf[max(i, n - len(BOT)):], (BOT,))
 
+    def _plain_args_reader(self) -> CallObjectParser | None:
+        if self._buf:
+            return None
+        if self._mode == "object":
+            return self._obj
+        if self._mode == "list" and self._list is not None:
+            return self._list.item
+        return None
+
     def _process(self, text: str, final: bool) -> None:
         buf, self._buf = self._buf + text, ""
         i, n = 0, len(buf)

@@ -17,6 +17,8 @@ from typing import Any, ClassVar, Self
 
 from ..base import ParsedDelta, ParserContext, ToolCallDelta, ToolParser
 from ..errors import MalformedSnapshot
+from .json_calls import CallObjectParser
+from .json_stream import is_plain
 
 
 class StreamingToolParser(ToolParser):
@@ -67,8 +69,21 @@ class StreamingToolParser(ToolParser):
     # -- the contract ------------------------------------------------------------------------
     def feed(self, text: str) -> ParsedDelta:
         if text:
+            obj = self._plain_args_reader()
+            if obj is not None and obj.in_plain_args and is_plain(text):  # inside a string argument
+                index = self._calls - 1
+                if self._kept(index):
+                    return ParsedDelta(tool_calls=[ToolCallDelta(index=index, arguments=text)])
+                return ParsedDelta()
             self._process(text, final=False)
         return self._take()
+
+    def plain_args_call(self) -> int | None:
+        obj = self._plain_args_reader()
+        if obj is None or not obj.in_plain_args:
+            return None
+        index = self._calls - 1
+        return index if self._kept(index) else None
 
     def finish(self) -> ParsedDelta:
         self._process("", final=True)
@@ -101,6 +116,12 @@ class StreamingToolParser(ToolParser):
     @abc.abstractmethod
     def _process(self, text: str, final: bool) -> None:
         """Consume ``self._buf + text``; with ``final`` nothing more will come."""
+
+    def _plain_args_reader(self) -> CallObjectParser | None:
+        """The JSON call reader that text would go to next, when nothing is held before it (no
+        partial marker in ``_buf``): the fast path for plain characters in a string argument
+        (``CallObjectParser.in_plain_args``). None: no such reader (the default)."""
+        return None
 
     def _save(self) -> dict[str, Any]:
         return {}
