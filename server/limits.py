@@ -111,11 +111,19 @@ def limiter_of(ctx: ServerContext) -> Limiter:
 
 
 def client_key(headers: dict[bytes, bytes], client: Any) -> str:
-    """The API key given (hashed: raw keys are not kept), else the client's address."""
+    """An HTTP request's client: the API key in its headers, else its address."""
     scheme, _, token = headers.get(b"authorization", b"").partition(b" ")
     key = token.strip() if scheme.lower() == b"bearer" else headers.get(b"x-api-key", b"")
-    if key:
-        return "key:" + hashlib.sha256(key).hexdigest()[:32]
+    return key_of(key, client)
+
+
+def key_of(api_key: bytes | str | None, client: Any) -> str:
+    """The limiter's client key: the API key given (hashed: raw keys are not kept), else the
+    client's address. A WebSocket session passes the key it was admitted with (a header, or the
+    browser's auth subprotocol)."""
+    if api_key:
+        raw = api_key.encode() if isinstance(api_key, str) else api_key
+        return "key:" + hashlib.sha256(raw).hexdigest()[:32]
     return "addr:" + (str(client[0]) if client else "unknown")
 
 

@@ -19,7 +19,7 @@ from server.app import api_key_ok
 from server.context import ServerContext
 from server.errors import ApiError, openai_error_body
 from server.gating import RouteGroup
-from server.limits import client_key, limiter_of
+from server.limits import key_of, limiter_of
 from server.shutdown import drain_of
 from server.ws.connection import Connection
 from server.ws.state_peek import peek_state
@@ -77,7 +77,7 @@ async def session_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept(subprotocol=decision.subprotocol)
     session = Session(config, now=anyio.current_time(), state_tagger=peek_state)
-    key = client_key(dict(websocket.scope["headers"]), websocket.scope.get("client"))
+    key = key_of(decision.api_key, websocket.scope.get("client"))
     metrics.session_opened()
     try:
         await Connection(websocket, session, stages, drain=ctx.service(drain_of),

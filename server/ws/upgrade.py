@@ -18,7 +18,7 @@ from __future__ import annotations
 import base64
 import binascii
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from urllib.parse import parse_qs, urlsplit
 
 from session.frames import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL_PREFIX, SUPPORTED_VERSIONS, subprotocol
@@ -28,6 +28,8 @@ from session.frames import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL_PREFIX, SUPPORTE
 class Accepted:
     version: int
     subprotocol: str | None  # the subprotocol to select in the handshake (None: select none)
+    # the API key the client gave, from a header or the auth subprotocol (the limiter's client key)
+    api_key: str | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +45,8 @@ def decide(headers: Mapping[str, str], subprotocols: Sequence[str], query: str, 
     if origin is not None and not origin_allowed(origin, headers.get("host", ""), allowed_origins):
         return Refused(403, f"Origin {origin[:200]!r} is not allowed to open a session on this server.")
     offered_versions, auth_key, bad_auth = _read_subprotocols(subprotocols)
+    key = _header_key(headers) or auth_key
     if keys_required:
-        key = _header_key(headers) or auth_key
         if key is None:
             if bad_auth:
                 return Refused(401, "The tokenwire.auth subprotocol must carry the API key as "
@@ -53,7 +55,8 @@ def decide(headers: Mapping[str, str], subprotocols: Sequence[str], query: str, 
                                 "the subprotocol 'tokenwire.auth.<base64url key>' next to 'tokenwire.v1'.")
         if not key_ok(key):
             return Refused(403, "Invalid API key.")
-    return _negotiate(offered_versions, auth_key is not None or bad_auth, query)
+    decision = _negotiate(offered_versions, auth_key is not None or bad_auth, query)
+    return replace(decision, api_key=key) if isinstance(decision, Accepted) else decision
 
 
 def _negotiate(offered: list[int] | None, used_auth_subprotocol: bool, query: str) -> Accepted | Refused:

@@ -16,7 +16,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 
 from tests.support.server_proc import ServerProcess
-from tests.support.ws_fuzz import open_session
+from tests.support.ws_fuzz import auth_subprotocol, open_session
 
 pytestmark = pytest.mark.slow
 
@@ -53,6 +53,12 @@ def test_a_client_past_its_rate_gets_429_with_retry_after_on_http_and_websocket_
         ws.send(orjson.dumps({"type": "ping", "event_id": "alive"}).decode())
         assert orjson.loads(ws.recv(timeout=30))["type"] == "pong"  # the session lives on
         ws.close()
+        # the browser form of the same key is the same client (it once fell back to the address)
+        browser = open_session(server.ws_url, subprotocols=["tokenwire.v1", auth_subprotocol("k1")])
+        browser.send(orjson.dumps({"type": "render", "id": "b", "kind": "chat", "body": CHAT}).decode())
+        answer = orjson.loads(browser.recv(timeout=30))
+        assert (answer["type"], answer["error"]["code"]) == ("error", "rate_limited")
+        browser.close()
         r = client.post(RENDER, json=CHAT, headers=headers("k1"))
         assert r.status_code == 429 and int(r.headers["retry-after"]) >= 1
         assert r.json()["error"]["type"] == "RateLimitError" and "per minute" in r.json()["error"]["message"]

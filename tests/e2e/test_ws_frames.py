@@ -6,7 +6,6 @@ Origin allowlist and a small frame limit."""
 from __future__ import annotations
 
 import asyncio
-import base64
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ from websockets.exceptions import ConnectionClosed, InvalidStatus
 
 from tests.e2e.ws_client import SessionClient
 from tests.support.server_proc import ServerProcess
+from tests.support.ws_fuzz import auth_subprotocol
 
 KEY = "e2e key/+="  # not a valid subprotocol token as is: the browser form base64url-encodes it
 MAX_FRAME = 64 * 1024
@@ -33,10 +33,6 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
 
 def run(coro: Any) -> Any:
     return asyncio.run(coro)
-
-
-def auth_subprotocol(key: str) -> str:
-    return "tokenwire.auth." + base64.urlsafe_b64encode(key.encode()).rstrip(b"=").decode()
 
 
 async def refused_status(url: str, **kwargs: Any) -> int:

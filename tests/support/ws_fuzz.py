@@ -13,6 +13,7 @@ violation) a ``ping`` probe, and reads until the probe's ``pong`` or the close. 
 
 from __future__ import annotations
 
+import base64
 import itertools
 from dataclasses import dataclass, field
 from typing import Any
@@ -56,12 +57,18 @@ def open_session(ws_url: str, **kwargs: Any) -> ClientConnection:
     # No client keepalive pings: they draw from `random` on a background thread, which hypothesis
     # reports (a deprecation warning) when it happens while examples are being generated.
     kwargs.setdefault("ping_interval", None)
-    ws = connect(ws_url + "/v1/session", subprotocols=["tokenwire.v1"], max_size=None, compression=None,  # type: ignore[list-item]
-                 open_timeout=30, **kwargs)
+    kwargs.setdefault("subprotocols", ["tokenwire.v1"])
+    ws: ClientConnection = connect(ws_url + "/v1/session", max_size=None, compression=None, open_timeout=30,
+                                   **kwargs)
     created = orjson.loads(ws.recv(timeout=30))
     if created.get("type") != "session.created" or created.get("seq") != 1:
         raise ProtocolBroken(f"first frame is not session.created: {created}")
     return ws
+
+
+def auth_subprotocol(key: str) -> str:
+    """The browser form of the API key (docs/protocol.md, "Auth")."""
+    return "tokenwire.auth." + base64.urlsafe_b64encode(key.encode()).rstrip(b"=").decode()
 
 
 def check_frame(frame: Any, seq: int) -> None:

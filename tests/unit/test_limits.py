@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from server.limits import Limiter, RateLimited, client_key
+from server.limits import Limiter, RateLimited, client_key, key_of
 
 
 def test_a_burst_of_a_minutes_worth_passes_then_the_rate_refills_the_bucket() -> None:
@@ -66,3 +66,4 @@ def test_the_client_key_is_the_hashed_api_key_else_the_address() -> None:
     assert by_key == client_key({b"x-api-key": b"secret"}, ("10.0.0.2", 6))
     assert by_key.startswith("key:") and "secret" not in by_key
     assert client_key({}, ("10.0.0.1", 5)) == "addr:10.0.0.1"
+    assert key_of("secret", None) == by_key  # a WebSocket session's key, from a header or the subprotocol

@@ -41,7 +41,9 @@ def test_a_missing_key_is_401_and_a_wrong_one_403(headers: dict[str, str], subpr
 ])
 def test_the_right_key_is_accepted_in_every_form(headers: dict[str, str], subprotocols: tuple[str, ...],
                                                  expected: Accepted) -> None:
-    assert check(headers, subprotocols, keys=("right key/+",)) == expected
+    result = check(headers, subprotocols, keys=("right key/+",))
+    assert result == expected
+    assert isinstance(result, Accepted) and result.api_key == "right key/+"  # the limiter's client key
 
 
 def test_the_browser_subprotocol_needs_a_version_next_to_it() -> None:
