@@ -105,7 +105,8 @@ class ChoiceStream:
         # Set after a step that left the tool parser inside a string of a call's JSON arguments
         # with the reasoning parser passing text through (ToolParser.plain_args_call): the next
         # plain text (json_stream.is_plain) is that call's arguments as it is, and feeding it would
-        # change neither parser, so the step skips them. Not part of the snapshot (a cache).
+        # change neither parser, so the step skips them. Not part of the snapshot: derived from the
+        # parsers' state again on restore.
         self.plain_call: int | None = None
 
     # --- construction ----------------------------------------------------------------------------
@@ -160,13 +161,16 @@ class ChoiceStream:
                     raise ValueError("stop tail too long")
             elif tail:
                 raise ValueError("stop strings changed")
-            return cls(
+            stream = cls(
                 spec, index, detok=detok, stops=stops,
                 reasoning=spec.reasoning_parser.restore(ctx, snap["rp"]) if spec.reasoning_parser else None,
                 tool=spec.tool_parser.restore(ctx, snap["tp"]) if spec.tool_parser else None,
                 held=held, count=int(snap["n"]), finished=bool(snap.get("f")),
                 started=bool(snap.get("s")), text_offset=int(snap.get("o", 0)),
             )
+            if not stream.finished:
+                stream.plain_call = stream._plain_route()
+            return stream
         except DerenderError:
             raise
         except Exception:  # a parser's restore may raise anything on a state it did not write
@@ -280,6 +284,15 @@ class ChoiceStream:
         piece.counted = n
         return piece
 
+    def _plain_route(self) -> int | None:
+        """The call whose string argument the parsers are inside, where a plain text may skip them
+        (see ``plain_call``); None when there is no such shortcut now."""
+        tool, reasoning = self.tool, self.reasoning
+        if tool is None or (reasoning is not None and not reasoning.passthrough):
+            return None
+        call = tool.plain_args_call()
+        return call if call is None or self.spec.parallel_tool_calls or call == 0 else None
+
     def _parse(self, text: str, done: bool) -> Piece:
         reasoning_parser, tool_parser = self.reasoning, self.tool
         if reasoning_parser is None and tool_parser is None:
@@ -315,8 +328,6 @@ class ChoiceStream:
         if calls:
             if not self.spec.parallel_tool_calls:
                 calls = [c for c in calls if c.index == 0]
-            if not done and (reasoning_parser is None or reasoning_parser.passthrough):
-                call = tool_parser.plain_args_call()
-                if call is None or self.spec.parallel_tool_calls or call == 0:
-                    self.plain_call = call
+            if not done:
+                self.plain_call = self._plain_route()
         return Piece(content=t.content, reasoning=reasoning, tool_calls=calls)

@@ -116,6 +116,8 @@ class CallObjectParser:
                     break
                 self._phase, self._val = "value", JsonValueStreamer()
                 self._role = self._role_of(self._key)
+                if self._role == "name":  # a repeated "name" is read afresh (json.loads keeps the last)
+                    self.name_buf = ""
             else:  # comma
                 if c == ",":
                     self._phase = "key"
@@ -181,6 +183,7 @@ class CallObjectParser:
         self._phase = "comma"
         if self._role == "name":
             name = json.loads(self.name_buf)
+            self.name_buf = ""  # (read: not carried in the state any longer)
             if not isinstance(name, str):
                 self._phase = "failed"
                 return
