@@ -10,8 +10,10 @@ Two equivalent algorithms, chosen per tokenizer (:func:`token_table`):
 
 - **byte-level** tokenizers (GPT-2 style ``ByteLevel`` decoder: Qwen, Llama 3, DeepSeek, Mistral
   Tekken, SmolLM…): every token is a fixed byte string, so decoding is context free. Each id maps
-  to its bytes (cached), and an incremental UTF-8 decoder joins them. State: the 0–3 bytes of an
-  unfinished character. O(1) per token, faster than ``tokenizers.decoders.DecodeStream``.
+  to its bytes (cached), and an incremental UTF-8 decoder joins them. Most tokens are whole UTF-8
+  on their own: their text is cached too, and while no character is unfinished a step is a table
+  lookup (no decoder call). State: the 0–3 bytes of an unfinished character. O(1) per token,
+  faster than ``tokenizers.decoders.DecodeStream``.
 - **other** tokenizers (SentencePiece ``Metaspace`` / byte-fallback…), whose decoders depend on
   context (the first token loses its leading space): the ``DecodeStream`` algorithm, written out
   here so its state is visible: a window of recent ids, seeded with the last prompt ids so the
@@ -48,6 +50,10 @@ SEED_WINDOW = 6
 MAX_PENDING = 32
 _KEEP_AFTER_FORCED_FLUSH = 4
 _REPLACEMENT = "\ufffd"
+# TokenTable text cache: a token whose bytes are not whole UTF-8 on their own (part of a character,
+# or invalid). A lone surrogate, which no decoded UTF-8 text can hold, so it is no token's text.
+_PARTIAL = "\ud800"
+_UTF8_DECODER = codecs.getincrementaldecoder("utf-8")
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -85,7 +91,7 @@ class TokenTable:
     token's exact bytes (byte-level tokenizers), also used for logprob ``bytes``.
     """
 
-    __slots__ = ("_bytes", "_rust", "byte_level", "eos_ids", "special_ids", "vocab_size")
+    __slots__ = ("_bytes", "_rust", "_text", "byte_level", "eos_ids", "special_ids", "vocab_size")
 
     def __init__(self, rust: _RustTokenizer, *, eos_ids: Iterable[int] = (), byte_level: bool | None = None) -> None:
         self._rust = rust
@@ -99,6 +105,7 @@ class TokenTable:
         self._bytes: list[bytes | None] = [None] * self.vocab_size
         for i, tok in added.items():
             self._bytes[i] = str(tok.content).encode()
+        self._text: list[str | None] = [None] * self.vocab_size  # see token_text
 
     def decode(self, ids: Sequence[int], skip_special_tokens: bool) -> str:
         return self._rust.decode(ids, skip_special_tokens=skip_special_tokens)
@@ -115,6 +122,22 @@ class TokenTable:
             b = self._compute_bytes(token_id)
             self._bytes[token_id] = b
         return b
+
+    def token_text(self, token_id: int) -> str:
+        """``token_bytes(id).decode()`` when those bytes are whole UTF-8 on their own, else
+        ``_PARTIAL`` (cached; ids past the tokenizer: ""). Decoding such a token after a finished
+        character gives exactly this text, so a detokenizer with nothing pending looks it up."""
+        try:
+            s = self._text[token_id]
+        except IndexError:
+            return ""
+        if s is None:
+            try:
+                s = self.token_bytes(token_id).decode("utf-8")
+            except UnicodeDecodeError:
+                s = _PARTIAL
+            self._text[token_id] = s
+        return s
 
     def _compute_bytes(self, token_id: int) -> bytes:
         piece = self._rust.id_to_token(token_id) or ""
@@ -179,40 +202,68 @@ class Detokenizer(Protocol):
 
 
 class ByteLevelDetokenizer:
-    """Context-free detokenization for byte-level tokenizers. State: the unfinished bytes."""
+    """Context-free detokenization for byte-level tokenizers. State: the unfinished bytes.
 
-    __slots__ = ("_decoder", "_skip", "_table")
+    While no character is unfinished (``_held`` false), tokens that are whole UTF-8 on their own
+    are looked up (``TokenTable.token_text``); anything else goes through an incremental UTF-8
+    decoder (made when first needed), which then holds the unfinished bytes."""
+
+    __slots__ = ("_decoder", "_held", "_skip", "_table")
     KIND = "b"
 
     def __init__(self, table: TokenTable, skip_special_tokens: bool, pending: bytes = b"") -> None:
         self._table = table
         self._skip = table.special_ids if skip_special_tokens else frozenset()
-        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._decoder: codecs.IncrementalDecoder | None = None
+        self._held = False  # the decoder holds the bytes of an unfinished character
         if pending:
+            self._decoder = _UTF8_DECODER("replace")
             self._decoder.setstate((pending, 0))
+            self._held = True
 
     def push(self, ids: Sequence[int]) -> str:
         table = self._table
         skip = self._skip
-        if len(ids) == 1:
-            i = ids[0]
-            if i in skip:
-                return ""
-            try:
-                b = table._bytes[i]
-            except IndexError:  # past the tokenizer: no text (see TokenTable.token_bytes)
-                return ""
-            if b is None:
-                b = table.token_bytes(i)
-            return self._decoder.decode(b)
+        if not self._held:
+            text = table._text
+            if len(ids) == 1:  # the common step
+                i = ids[0]
+                if i in skip:
+                    return ""
+                try:
+                    s = text[i]
+                except IndexError:  # past the tokenizer: no text (see TokenTable.token_bytes)
+                    return ""
+                if s is None:
+                    s = table.token_text(i)
+                if s is not _PARTIAL:
+                    return s
+            else:
+                parts = []
+                for i in ids:
+                    if i not in skip:
+                        s = table.token_text(i)
+                        if s is _PARTIAL:
+                            break
+                        parts.append(s)
+                else:
+                    return "".join(parts)
         data = b"".join(table.token_bytes(i) for i in ids if i not in skip)
-        return self._decoder.decode(data)
+        decoder = self._decoder
+        if decoder is None:
+            decoder = self._decoder = _UTF8_DECODER("replace")
+        out = decoder.decode(data)
+        self._held = bool(decoder.getstate()[0])
+        return out
 
     def flush(self) -> str:
+        if not self._held or self._decoder is None:
+            return ""
+        self._held = False
         return self._decoder.decode(b"", True)
 
     def snapshot(self) -> list[Any]:
-        pending = self._decoder.getstate()[0]
+        pending = self._decoder.getstate()[0] if self._held and self._decoder is not None else b""
         return [self.KIND, pending.hex()] if pending else [self.KIND]
 
 

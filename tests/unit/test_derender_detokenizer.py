@@ -43,9 +43,15 @@ def test_every_token_bytes_decode_like_the_tokenizer(name: str, tokenizer: Calla
     table = token_table(tok)
     assert table.byte_level
     rust = tok._tokenizer
-    mismatches = [i for i in range(table.vocab_size)
-                  if table.token_bytes(i).decode("utf-8", "replace") != rust.decode([i], skip_special_tokens=False)]
+    decoded = [rust.decode([i], skip_special_tokens=False) for i in range(table.vocab_size)]
+    mismatches = [i for i in range(table.vocab_size) if table.token_bytes(i).decode("utf-8", "replace") != decoded[i]]
     assert mismatches == []
+    # the text cache a detokenizer with nothing pending looks up: whole tokens only, and exact
+    texts = [table.token_text(i) for i in range(table.vocab_size)]
+    whole = [i for i, t in enumerate(texts) if t != "\ud800"]
+    assert [i for i in whole if texts[i] != decoded[i]] == []
+    assert all("\ufffd" in decoded[i] for i, t in enumerate(texts) if t == "\ud800")  # partial or invalid bytes
+    assert len(whole) > 0.9 * table.vocab_size
 
 
 @pytest.mark.parametrize("name", TOKENIZERS)
