@@ -224,6 +224,7 @@ class ByteLevelDetokenizer:
     def push(self, ids: Sequence[int]) -> str:
         table = self._table
         skip = self._skip
+        prefix = ""
         if not self._held:
             text = table._text
             if len(ids) == 1:  # the common step
@@ -238,23 +239,29 @@ class ByteLevelDetokenizer:
                     s = table.token_text(i)
                 if s is not _PARTIAL:
                     return s
-            else:
+            else:  # whole tokens are looked up up to the first that is not
                 parts = []
+                k = 0
                 for i in ids:
                     if i not in skip:
-                        s = table.token_text(i)
+                        s = text[i] if 0 <= i < len(text) else ""
+                        if s is None:
+                            s = table.token_text(i)
                         if s is _PARTIAL:
                             break
                         parts.append(s)
+                    k += 1
                 else:
                     return "".join(parts)
+                prefix = "".join(parts)
+                ids = ids[k:]
         data = b"".join(table.token_bytes(i) for i in ids if i not in skip)
         decoder = self._decoder
         if decoder is None:
             decoder = self._decoder = _UTF8_DECODER("replace")
         out = decoder.decode(data)
         self._held = bool(decoder.getstate()[0])
-        return out
+        return prefix + out if prefix else out
 
     def flush(self) -> str:
         if not self._held or self._decoder is None:
