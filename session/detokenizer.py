@@ -123,6 +123,17 @@ class TokenTable:
             self._bytes[token_id] = b
         return b
 
+    def chunk_bytes(self, ids: Sequence[int], skip: frozenset[int]) -> bytes:
+        """The bytes of ``ids`` without those in ``skip``, joined."""
+        if skip.isdisjoint(ids):
+            try:
+                found = [self._bytes[i] for i in ids]
+            except IndexError:  # an id past the tokenizer
+                found = [None]
+            if None not in found:
+                return b"".join(found)  # type: ignore[arg-type]  # (no None)
+        return b"".join(self.token_bytes(i) for i in ids if i not in skip)
+
     def token_text(self, token_id: int) -> str:
         """``token_bytes(id).decode()`` when those bytes are whole UTF-8 on their own, else
         ``_PARTIAL`` (cached; ids past the tokenizer: ""). Decoding such a token after a finished
@@ -224,7 +235,6 @@ class ByteLevelDetokenizer:
     def push(self, ids: Sequence[int]) -> str:
         table = self._table
         skip = self._skip
-        prefix = ""
         if not self._held:
             text = table._text
             if len(ids) == 1:  # the common step
@@ -239,29 +249,22 @@ class ByteLevelDetokenizer:
                     s = table.token_text(i)
                 if s is not _PARTIAL:
                     return s
-            else:  # whole tokens are looked up up to the first that is not
-                parts = []
-                k = 0
-                for i in ids:
-                    if i not in skip:
-                        s = text[i] if 0 <= i < len(text) else ""
-                        if s is None:
-                            s = table.token_text(i)
-                        if s is _PARTIAL:
-                            break
-                        parts.append(s)
-                    k += 1
-                else:
-                    return "".join(parts)
-                prefix = "".join(parts)
-                ids = ids[k:]
-        data = b"".join(table.token_bytes(i) for i in ids if i not in skip)
+            elif skip.isdisjoint(ids):  # a chunk of whole tokens: looked up (else decoded below)
+                try:
+                    found = [text[i] for i in ids]
+                except IndexError:  # an id past the tokenizer
+                    found = [None]
+                if None in found:
+                    found = [table.token_text(i) for i in ids]
+                if _PARTIAL not in found:
+                    return "".join(found)  # type: ignore[arg-type]  # (no None left)
+        data = table.chunk_bytes(ids, skip)
         decoder = self._decoder
         if decoder is None:
             decoder = self._decoder = _UTF8_DECODER("replace")
         out = decoder.decode(data)
         self._held = bool(decoder.getstate()[0])
-        return prefix + out if prefix else out
+        return out
 
     def flush(self) -> str:
         if not self._held or self._decoder is None:
