@@ -310,7 +310,13 @@ class LocalEngine(Engine):
             self.grammars.constrain(x, rows, constrained)
         picks = sample(x, [SampleRow(s.group.params, s.seed, s.index, s.group.prompt, s.output) for s in seqs])
         if constrained:
-            self.grammars.advance(rows, [picks[i].token_id for i in constrained])
+            replaced = self.grammars.advance(rows, [picks[i].token_id for i in constrained])
+            for j, tok in replaced:  # budget-aware closing took the closing path's token instead
+                i = constrained[j]
+                only = torch.full_like(x[i:i + 1], float("-inf"))
+                only[0, tok] = 0.0
+                picks[i] = sample(only, [SampleRow(seqs[i].group.params, seqs[i].seed, seqs[i].index,
+                                                   seqs[i].group.prompt, seqs[i].output)])[0]
         return picks
 
 

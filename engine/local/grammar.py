@@ -18,9 +18,16 @@ How a constrained request runs::
   (``apply_token_bitmask_inplace(..., indices=rows)``).
 - **The grammar ends the output.** The matcher's stop tokens are the request's stop ids (the
   model's eos ids and ``stop_token_ids``): once the constraint is complete, only those are
-  allowed, so the sequence finishes with ``stop`` through the usual stop check. A sequence that
-  runs out of ``max_tokens`` first finishes with ``length`` and its output is a truncated
-  document: the finish reason says so.
+  allowed, so the sequence finishes with ``stop`` through the usual stop check.
+- **Within max_tokens.** Each constrained sequence also owns a :class:`~engine.local.closing.Closing`:
+  when its remaining budget comes down to its closing path (the fewest tokens that complete the
+  document, plus the stop token), the row is forced along that path, and near that point a drawn
+  token that would leave too little budget is replaced by the path's next one
+  (:meth:`Grammars.advance` returns the replacements). So the document is complete and the
+  sequence finishes ``stop`` within ``max_tokens``; only a ``max_tokens`` too small for the
+  shortest completion ends with ``length`` (a truncated document). vLLM does not do this (it
+  returns the truncated document with ``length``); ``extra_args.structured_closing: false``
+  asks for vLLM's behaviour.
 - **Cache.** Compiled grammars are kept in an LRU keyed by :attr:`StructuredSpec.key` (the
   constraint, canonically serialized), so a schema used again is not compiled again.
 
@@ -42,6 +49,7 @@ from typing import Any
 import torch
 
 from engine.errors import EngineUnavailable, InvalidGenerateRequest
+from engine.local.closing import Closing, Vocab
 from engine.local.params import ResolvedParams
 from engine.structured import StructuredSpec
 
@@ -80,6 +88,12 @@ class Grammars:
         # engine-thread work on constrained rows: rows masked, seconds masking + advancing
         self.rows_masked = 0
         self.mask_seconds = 0.0
+        # budget-aware closing: walks run, tokens forced or replaced, seconds walking (within mask_seconds)
+        self.closing_walks = 0
+        self.closing_forced = 0
+        self.closing_seconds = 0.0
+        self._vocab: Vocab | None = None
+        self._bytes_of: list[bytes] = []
         self._bitmask: torch.Tensor | None = None
         self._json_words = torch.empty(0, dtype=torch.int32)
         self._xgr: Any = None
@@ -149,7 +163,13 @@ class Grammars:
                     "directory; see the server log.") from exc
             vocab = max(self.vocab_size, len(tokenizer))
             info = xgr.TokenizerInfo.from_huggingface(tokenizer, vocab_size=vocab)
-            self._json_words = _json_text_words(info.decoded_vocab, vocab)
+            bytes_of = list(info.decoded_vocab)  # the property rebuilds the list on each access
+            self._json_words = _json_text_words(bytes_of, vocab)
+            # closing paths use plain tokens only: no special or added token, none a JSON row refuses
+            excluded = {*tokenizer.all_special_ids, *tokenizer.added_tokens_decoder, *info.special_token_ids}
+            excluded.update(t for t, text in enumerate(bytes_of) if any(b in _NOT_IN_JSON for b in text))
+            self._vocab = Vocab(bytes_of, excluded)
+            self._bytes_of = bytes_of
             self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
             self._xgr = xgr
             self.vocab_size = vocab
@@ -176,9 +196,25 @@ class Grammars:
                 for tok in seq.group.grammar.stop_ids or ():
                     bitmask[i, tok // 32] |= _bit(tok % 32)
             else:
-                matcher.fill_next_token_bitmask(bitmask, i)
-                if seq.group.grammar.spec.kind in _JSON_KINDS:
-                    bitmask[i] &= self._json_words
+                closing = seq.closing
+                only = None
+                if closing is not None:
+                    walks = closing.walks
+                    t0 = time.perf_counter()
+                    p = seq.group.params
+                    only = closing.before(matcher, len(seq.output), p.max_tokens - len(seq.output))
+                    if closing.walks != walks:
+                        self.closing_walks += closing.walks - walks
+                        self.closing_seconds += time.perf_counter() - t0
+                if only is not None:  # forced along the closing path
+                    bitmask[i].zero_()
+                    for tok in only:
+                        bitmask[i, tok // 32] |= _bit(tok % 32)
+                    self.closing_forced += 1
+                else:
+                    matcher.fill_next_token_bitmask(bitmask, i)
+                    if seq.group.grammar.spec.kind in _JSON_KINDS:
+                        bitmask[i] &= self._json_words
         width = min(logits.shape[-1], self.vocab_size)
         self._xgr.apply_token_bitmask_inplace(logits, bitmask, indices=indices, vocab_size=width)
         if logits.shape[-1] > width:  # padded vocabulary rows the tokenizer never produces
@@ -186,10 +222,13 @@ class Grammars:
         self.rows_masked += len(indices)
         self.mask_seconds += time.perf_counter() - start
 
-    def advance(self, rows: Sequence[Any], tokens: Sequence[int]) -> None:
-        """Each constrained row's matcher accepts the token just sampled for it."""
+    def advance(self, rows: Sequence[Any], tokens: Sequence[int]) -> list[tuple[int, int]]:
+        """Each constrained row's matcher accepts the token just sampled for it. Returns the
+        replacements budget-aware closing made, ``(j, token)``: ``rows[j]`` takes ``token``
+        instead (its matcher already stands after it)."""
         start = time.perf_counter()
-        for seq, tok in zip(rows, tokens, strict=True):
+        replaced: list[tuple[int, int]] = []
+        for j, (seq, tok) in enumerate(zip(rows, tokens, strict=True)):
             matcher = seq.matcher
             if matcher is None or matcher is _REFUSED:
                 continue
@@ -199,7 +238,20 @@ class Grammars:
                 log.warning("structured outputs: request %s sampled token %d outside its grammar",
                             seq.group.external_id, tok)
                 seq.matcher = _REFUSED
+                continue
+            closing = seq.closing
+            if closing is not None:
+                walks = closing.walks
+                t0 = time.perf_counter()
+                other = closing.after(matcher, tok, seq.group.params.max_tokens - len(seq.output) - 1)
+                if closing.walks != walks:
+                    self.closing_walks += closing.walks - walks
+                    self.closing_seconds += time.perf_counter() - t0
+                if other is not None:
+                    replaced.append((j, other))
+                    self.closing_forced += 1
         self.mask_seconds += time.perf_counter() - start
+        return replaced
 
     def _matcher_of(self, seq: Any) -> Any | None:
         matcher = seq.matcher
@@ -211,6 +263,9 @@ class Grammars:
             prefix = [*group.prompt[len(group.prompt) - offset:], *seq.output] if offset else list(seq.output)
             matcher = self._matcher(group.grammar, prefix)
             seq.matcher = matcher if matcher is not None else _REFUSED
+            if matcher is not None and group.params.structured_closing and self._vocab is not None:
+                seq.closing = Closing(self._vocab, self._bytes_of, group.grammar.stop_ids,
+                                      group.grammar.spec.kind in _JSON_KINDS, prefix)
         return matcher
 
     def _bitmask_for(self, rows: int) -> torch.Tensor:

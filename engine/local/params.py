@@ -66,6 +66,9 @@ class ResolvedParams:
     # presence / frequency penalties count them as output (``extra_args.output_offset``)
     output_offset: int = 0
     structured: StructuredSpec | None = None  # a structured-output constraint (engine.local.grammar)
+    # budget-aware closing of a constrained output (engine.local.closing); False: vLLM's behaviour,
+    # a truncated document with "length" (``extra_args.structured_closing``)
+    structured_closing: bool = True
 
     @property
     def greedy(self) -> bool:
@@ -196,6 +199,11 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
     if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < len(prompt):
         raise _bad(f"sampling_params.extra_args.output_offset must be an integer in [0, {len(prompt)}) "
                    "(how many trailing prompt ids are earlier output).", "sampling_params.extra_args.output_offset")
+    closing = (sp.extra_args or {}).get("structured_closing", True)
+    if not isinstance(closing, bool):
+        raise _bad("sampling_params.extra_args.structured_closing must be a boolean (false: a constrained output "
+                   "that runs out of max_tokens ends with \"length\" and a truncated document, as in vLLM).",
+                   "sampling_params.extra_args.structured_closing")
     return prompt, ResolvedParams(
         n=sp.n,
         temperature=0.0 if greedy else float(sp.temperature),
@@ -217,6 +225,7 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
         all_stop_ids=frozenset(all_stop),
         output_offset=offset,
         structured=structured,
+        structured_closing=closing,
     )
 
 

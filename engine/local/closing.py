@@ -1,0 +1,370 @@
+"""Budget-aware closing: a constrained sequence always completes its document within max_tokens.
+
+:func:`closing_path` walks a *copy* (``fork``) of a sequence's xgrammar matcher from its current
+state to a complete document and returns the bytes it added; :meth:`Vocab.tokens` splits them
+into few tokens and :func:`check_path` checks the tokens and a stop token on another copy.
+:class:`Closing` (one per constrained sequence, used by :mod:`engine.local.grammar` on the engine
+thread) keeps that path and steers the sequence with it:
+
+- **Forced at the last moment.** Before a step, when the remaining budget (``max_tokens`` −
+  generated) equals the path's tokens + 1 (the stop token), the row is masked to the path's next
+  token (to the stop ids once the path is done), so the document completes and the stop token is
+  the last token allowed. A sequence on its path stays on it (the path's tail is cached).
+- **Checked near the end.** While the slack (remaining − path − 1) is at most :data:`MARGIN`, every
+  token the model draws is checked after the draw: a fresh path from the new state must still fit
+  in what is left. A token that would leave too little is replaced by the path's next token (the
+  row counts as forced: its logprob is that of a one-token distribution, 0). A token that follows
+  the cached path needs no walk.
+- **Cheap elsewhere.** With more slack the walk runs again only after ``(slack − MARGIN) // 4``
+  steps (at least 1), so a sequence pays about ``4·ln(max_tokens)`` walks before the last
+  ``MARGIN`` steps. A path that grew by more than that between two walks (a single token opening
+  a large required subtree) can come too late: the sequence then ends with ``length``, as does
+  one whose ``max_tokens`` is too small for even the shortest completion.
+
+The walk is a **policy** whose moves depend on the state it starts from (the document's bytes so
+far):
+
+- the grammar's forced continuation (``find_jump_forward_string``), when there is one: an object
+  key, the rest of ``true``/``null``, a ``:``;
+- for JSON (``json``, ``json_object``), what closes soonest at this point of the text, read by a
+  small JSON lexer (:class:`Lexer`): inside a string, the closing quote if the grammar accepts it,
+  else the shortest run of content after which it does (``minLength``, ``pattern``, ``format``,
+  the rest of an ``enum`` value); inside a number, a terminator, else the shortest run of digits
+  after which one is accepted (``minimum``, ``exclusiveMinimum``); elsewhere ``}`` or ``]`` when
+  the grammar accepts them, else the first of ``0 " , : n t f 1-9 - [ {`` it accepts (the
+  shortest value first, a container only when the schema demands one);
+- for the other constraints (``regex``, ``choice``, ``grammar``), the shortest run of bytes after
+  which the grammar is complete.
+
+"Shortest run" is a breadth-first search over a small alphabet (representative bytes first, all
+bytes when none of those is accepted), merging states that accept the same next bytes, within a
+fixed beam, depth and work budget (:data:`_WORK` accept attempts, a few ms at most); past the
+budget the walk gives up (``None``): that sequence is not steered. Whitespace is never chosen:
+the path is compact JSON. Everything is deterministic: the same state and budget give the same
+path and the same decisions, so seeded requests repeat and a resumed generation
+(``extra_args.output_offset``) continues as the uninterrupted one did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# --- the vocabulary as bytes -------------------------------------------------------------------
+
+_MAX_PIECE = 16  # longest token (in bytes) used on a closing path
+
+
+class Vocab:
+    """Token ids by their bytes, to split a closing path into few tokens. Built once per tokenizer
+    (any thread); read-only afterwards. ``excluded`` ids are never used (special and added tokens,
+    the stop ids, tokens a JSON row may not take)."""
+
+    def __init__(self, decoded_vocab: Sequence[bytes], excluded: Iterable[int]) -> None:
+        skip = set(excluded)
+        by_bytes: dict[bytes, int] = {}
+        for tok, text in enumerate(decoded_vocab):
+            if tok in skip or not text or len(text) > _MAX_PIECE:
+                continue
+            by_bytes.setdefault(bytes(text), tok)
+        self._by_bytes = by_bytes
+
+    def tokens(self, data: bytes) -> list[int] | None:
+        """``data`` split into the fewest tokens (longest first token among equals); None when a
+        byte has no token. Computed from the end, so the split of a suffix is the tail of the split
+        of the whole (a path's tail keeps its tokens)."""
+        n = len(data)
+        best = [0] * (n + 1)
+        pick = [0] * (n + 1)
+        get = self._by_bytes.get
+        for i in range(n - 1, -1, -1):
+            cost, length = n + 1, 0
+            for size in range(min(_MAX_PIECE, n - i), 0, -1):
+                if get(data[i:i + size]) is not None and best[i + size] + 1 < cost:
+                    cost, length = best[i + size] + 1, size
+            if not length:
+                return None
+            best[i], pick[i] = cost, length
+        out, i = [], 0
+        while i < n:
+            out.append(self._by_bytes[data[i:i + pick[i]]])
+            i += pick[i]
+        return out
+
+
+# --- a JSON lexer: where in the text a byte string leaves us ------------------------------------
+
+STRUCTURE, STRING, ESCAPE, NUMBER = 0, 1, 2, 3
+_NUMBER_START = frozenset(b"-0123456789")
+_NUMBER_PART = frozenset(b"0123456789.eE+-")
+
+
+@dataclass(frozen=True, slots=True)
+class Lexer:
+    """JSON text read so far, as much as closing it needs: nesting depth and whether the text is
+    inside a string, an escape or a number. The grammar already guarantees the text is a valid
+    prefix; this only tells a closing quote from a quote inside content."""
+
+    depth: int = 0
+    mode: int = STRUCTURE
+
+    def feed(self, data: bytes) -> Lexer:
+        depth, mode = self.depth, self.mode
+        for b in data:
+            if mode == STRING:
+                if b == 0x22:
+                    mode = STRUCTURE
+                elif b == 0x5C:
+                    mode = ESCAPE
+                continue
+            if mode == ESCAPE:
+                mode = STRING
+                continue
+            if mode == NUMBER:
+                if b in _NUMBER_PART:
+                    continue
+                mode = STRUCTURE
+            if b == 0x22:
+                mode = STRING
+            elif b in (0x7B, 0x5B):
+                depth += 1
+            elif b in (0x7D, 0x5D):
+                depth -= 1
+            elif b in _NUMBER_START:
+                mode = NUMBER
+        if depth == self.depth and mode == self.mode:
+            return self
+        return Lexer(depth, mode)
+
+
+# --- the walk ------------------------------------------------------------------------------------
+
+_PRINTABLE = bytes(range(0x21, 0x7F)) + b" "
+_ALL_BYTES = _PRINTABLE + bytes(range(0x80, 0x100)) + bytes(b for b in range(0x21) if b != 0x20) + b"\x7f"
+# String content: one byte of each kind a format or pattern may need first, then everything.
+_STRING_REPS = b"a0A-._@:/+TZ "
+_NUMBER_BYTES = b"0123456789.-+eE"
+_VALUE_START = b'0",:ntf123456789-[{'
+_CLOSERS = b"}]"
+_TERMINATORS = b"}],"
+_ESCAPES = b'n"\\/bfrtu'
+
+_BEAM = 8  # states kept per depth of a search
+_MAX_RUN = 48  # longest run of content a search looks for
+_MAX_BYTES = 2048  # longest closing path
+_WORK = 30_000  # accept attempts per walk
+
+
+class _GiveUp(Exception):
+    pass
+
+
+class _Walk:
+    __slots__ = ("work",)
+
+    def __init__(self) -> None:
+        self.work = _WORK
+
+    def accepts(self, m: Any, byte: int) -> bool:
+        """Whether ``m`` accepts ``byte`` next (its state unchanged)."""
+        self.work -= 1
+        if self.work < 0:
+            raise _GiveUp
+        if m.accept_string(_ONE[byte]):
+            m.rollback(1)
+            return True
+        return False
+
+    def first(self, m: Any, candidates: bytes) -> bytes | None:
+        for b in candidates:
+            if self.accepts(m, b):
+                return _ONE[b]
+        return None
+
+    def accepted(self, m: Any, alphabet: bytes) -> bytes:
+        got = bytes(b for b in alphabet if self.accepts(m, b))
+        if not got and alphabet is not _ALL_BYTES:
+            got = bytes(b for b in _ALL_BYTES if b not in alphabet and self.accepts(m, b))
+        return got
+
+    def run(self, m: Any, alphabet: bytes, goal: Callable[[Any], bool]) -> bytes | None:
+        """The shortest run of bytes over ``alphabet`` after which ``goal`` holds (breadth first,
+        states that accept the same next bytes merged, ``_BEAM`` per depth); None when none is
+        found within ``_MAX_RUN`` bytes."""
+        frontier: list[tuple[Any, bytes, bytes]] = [(m, b"", self.accepted(m, alphabet))]
+        for _ in range(_MAX_RUN):
+            nxt: list[tuple[Any, bytes, bytes]] = []
+            seen: set[bytes] = set()
+            for node, run, acc in frontier:
+                for b in acc:
+                    child = node.fork()
+                    child.accept_string(_ONE[b])
+                    longer = run + _ONE[b]
+                    if goal(child):
+                        return longer
+                    child_acc = self.accepted(child, alphabet)
+                    if not child_acc or child_acc in seen:
+                        continue
+                    seen.add(child_acc)
+                    nxt.append((child, longer, child_acc))
+                    if len(nxt) >= _BEAM:
+                        break
+                if len(nxt) >= _BEAM:
+                    break
+            if not nxt:
+                return None
+            frontier = nxt
+        return None
+
+
+_ONE = [bytes([b]) for b in range(256)]
+
+
+def closing_path(matcher: Any, json_text: Lexer | None) -> bytes | None:
+    """The bytes that complete the document from ``matcher``'s state (the matcher is not changed),
+    or None when the walk finds none within its budget. ``json_text`` is the lexer state of the
+    text so far for JSON constraints, None for the others."""
+    m = matcher.fork()
+    walk = _Walk()
+    out = bytearray()
+    lex = json_text
+    try:
+        while not m.is_completed():
+            if len(out) > _MAX_BYTES:
+                return None
+            forced = m.find_jump_forward_string()
+            data = forced.encode() if forced else (
+                _json_move(m, lex, walk) if lex is not None else _any_move(m, walk))
+            if not data or not m.accept_string(data):
+                return None
+            out += data
+            if lex is not None:
+                lex = lex.feed(data)
+    except _GiveUp:
+        return None
+    return bytes(out)
+
+
+def _json_move(m: Any, lex: Lexer, walk: _Walk) -> bytes | None:
+    if lex.mode == STRING:
+        if walk.accepts(m, 0x22):
+            return b'"'
+        return walk.run(m, _STRING_REPS, lambda c: walk.accepts(c, 0x22))
+    if lex.mode == ESCAPE:
+        return walk.first(m, _ESCAPES)
+    if lex.mode == NUMBER:  # end the number as soon as the grammar lets it end
+        end = walk.first(m, _TERMINATORS)
+        if end is not None or m.is_completed():
+            return end
+        return walk.run(m, _NUMBER_BYTES, lambda c: c.is_completed() or walk.first(c, _TERMINATORS) is not None)
+    move = walk.first(m, _CLOSERS)
+    if move is None:
+        move = walk.first(m, _VALUE_START)
+    if move is None:
+        move = walk.first(m, _ALL_BYTES)
+    return move
+
+
+def _any_move(m: Any, walk: _Walk) -> bytes | None:
+    return walk.run(m, _PRINTABLE, lambda c: bool(c.is_completed()))
+
+
+def check_path(matcher: Any, tokens: Sequence[int], stop: int) -> bool:
+    """Whether ``tokens`` then ``stop`` take ``matcher`` (not changed) to its end."""
+    m = matcher.fork()
+    return all(m.accept_token(t) for t in tokens) and bool(m.accept_token(stop)) and bool(m.is_terminated())
+
+
+# --- steering one sequence -----------------------------------------------------------------------
+
+MARGIN = 8  # slack (tokens) under which every drawn token is checked against a fresh path
+
+
+class Closing:
+    """One constrained sequence's closing path and when to walk it again (engine thread only).
+
+    :meth:`before` runs before the step's draw and may restrict the row to one token;
+    :meth:`after` runs once the matcher accepted the drawn token and may replace it."""
+
+    __slots__ = ("_bytes_of", "_vocab", "check", "due", "estimate", "lexer", "off", "path", "stop_ids", "walks")
+
+    def __init__(self, vocab: Vocab, bytes_of: Sequence[bytes], stop_ids: Sequence[int], json_text: bool,
+                 prefix: Sequence[int]) -> None:
+        self._vocab = vocab
+        self._bytes_of = bytes_of
+        self.stop_ids = list(stop_ids)
+        self.lexer = Lexer().feed(b"".join(bytes_of[t] for t in prefix)) if json_text else None
+        self.path: list[int] | None = None  # tokens completing the document from the current state
+        self.estimate = 0  # the last path's length, while ``path`` is stale
+        self.due = 0  # tokens generated when the next walk is due
+        self.check = False  # check the token drawn in this step (slack at most MARGIN)
+        self.off = not self.stop_ids  # not steered (no stop id, a walk that gave up, too late)
+        self.walks = 0
+
+    def walk(self, matcher: Any) -> list[int] | None:
+        """A checked closing path from ``matcher``'s state (tokens, the stop token not included)."""
+        self.walks += 1
+        data = closing_path(matcher, self.lexer)
+        tokens = self._vocab.tokens(data) if data is not None else None
+        if tokens is None or not check_path(matcher, tokens, self.stop_ids[0]):
+            return None
+        return tokens
+
+    def before(self, matcher: Any, generated: int, remaining: int) -> list[int] | None:
+        """The ids the row is restricted to in this step (None: the grammar's mask alone).
+        ``remaining``: tokens the sequence may still produce, this one included."""
+        self.check = False
+        if self.off:
+            return None
+        if self.path is None:
+            if generated < self.due and remaining - 1 - self.estimate > MARGIN:
+                return None
+            self.path = self.walk(matcher)
+            if self.path is None:
+                self.off = True
+                return None
+        slack = remaining - 1 - len(self.path)
+        if slack < 0:  # too late (or max_tokens too small): the sequence ends with "length"
+            self.off = True
+            return None
+        if slack == 0:
+            return [self.path[0]] if self.path else self.stop_ids
+        if slack <= MARGIN:
+            self.check = True
+        else:
+            self.due = generated + max(1, (slack - MARGIN) // 4)
+        return None
+
+    def after(self, matcher: Any, token: int, remaining: int) -> int | None:
+        """``matcher`` has accepted ``token``; ``remaining`` is what is left after it. Returns the
+        token that replaces it (the matcher then stands after that one), or None."""
+        path = self.path
+        if self.off or matcher.is_terminated():
+            return None
+        lexer = self.lexer
+        if path and token == path[0]:
+            self.path = path[1:]
+            self._feed(token)
+            return None
+        self._feed(token)
+        if not self.check:
+            if path is not None:
+                self.estimate, self.path = len(path), None
+            return None
+        fresh = self.walk(matcher)
+        if fresh is not None and len(fresh) + 1 <= remaining:
+            self.path = fresh
+            return None
+        assert path is not None  # check is set only with a path
+        matcher.rollback(1)
+        self.lexer = lexer
+        replacement = path[0] if path else self.stop_ids[0]
+        matcher.accept_token(replacement)
+        self.path = path[1:]
+        self._feed(replacement)
+        return replacement
+
+    def _feed(self, token: int) -> None:
+        if self.lexer is not None:
+            self.lexer = self.lexer.feed(self._bytes_of[token])
