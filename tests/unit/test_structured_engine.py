@@ -200,3 +200,53 @@ def test_regex_and_choice_constraints_are_enforced(h: EngineHarness, tok: Any, p
     choices = ["yes", "no", "maybe \"so\""]
     for r in h.run(*[constrained(prompt, s, choice=choices) for s in range(10)]):
         assert text_of(tok, r.ids) in choices
+
+
+@pytest.mark.parametrize("name", ["nested_objects", "refs_and_formats", "array_of_objects"])
+def test_a_tight_budget_still_gives_a_valid_document_that_uses_it(h: EngineHarness, tok: Any, prompt: list[int],
+                                                                  name: str) -> None:
+    # 40 tokens: many documents need the closing path; each validates and ends with the eos
+    # as the 40th token at the latest
+    schema = SCHEMAS[name]
+    results = h.run(*[request(prompt, temperature=1.0, seed=seed, max_tokens=40,
+                              structured_outputs=structured_outputs(json=schema)) for seed in range(8)])
+    for doc in finished_documents(tok, results):
+        jsonschema.validate(doc, schema)
+    assert all(len(r.ids) <= 40 for r in results)
+    assert any(len(r.ids) == 40 for r in results)
+
+
+def test_max_tokens_below_the_shortest_completion_says_length(h: EngineHarness, tok: Any, prompt: list[int]) -> None:
+    # {"name":"","age":0} needs more than 4 tokens: nothing can close it, the honest finish remains
+    for r in h.run(*[request(prompt, temperature=1.0, seed=seed, max_tokens=4,
+                             structured_outputs=structured_outputs(json=SCHEMAS["person"])) for seed in range(3)]):
+        assert r.finish[0] == "length" and len(r.ids) == 4
+
+
+def test_closing_can_be_turned_off_for_vllms_truncated_length(h: EngineHarness, prompt: list[int]) -> None:
+    def run(closing: bool) -> list[Result]:
+        return h.run(*[request(prompt, temperature=1.0, seed=seed, max_tokens=30, extra_args={"structured_closing": closing},
+                               structured_outputs=structured_outputs(json_object=True)) for seed in range(6)])
+
+    assert {r.finish[0] for r in run(True)} == {"stop"}
+    assert "length" in {r.finish[0] for r in run(False)}
+    with pytest.raises(InvalidGenerateRequest) as info:
+        h.run(request(prompt, max_tokens=8, extra_args={"structured_closing": "no"},
+                      structured_outputs=structured_outputs(json_object=True)))
+    assert info.value.param == "sampling_params.extra_args.structured_closing"
+
+
+@pytest.mark.parametrize("back", [2, 6])
+def test_a_generation_resumed_while_closing_continues_exactly(h: EngineHarness, prompt: list[int], back: int) -> None:
+    # JSON mode at 30 tokens: the closing path decides the last tokens; a generation resumed `back`
+    # tokens before the end makes the same decisions
+    so = structured_outputs(json_object=True)
+    fulls = [r.ids for r in h.run(*[request(prompt, temperature=1.0, seed=seed, max_tokens=30, structured_outputs=so)
+                                    for seed in range(6)])]
+    closed = [(seed, full) for seed, full in enumerate(fulls) if len(full) == 30]
+    assert len(closed) >= 2
+    for seed, full in closed[:2]:
+        k = len(full) - back
+        rest = h.run(request(prompt + full[:k], temperature=1.0, seed=seed, max_tokens=30 - k,
+                             structured_outputs=so, extra_args={"output_offset": k}))[0].ids
+        assert full[:k] + rest == full
