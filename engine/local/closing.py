@@ -278,7 +278,8 @@ def check_path(matcher: Any, tokens: Sequence[int], stop: int) -> bool:
 
 # --- steering one sequence -----------------------------------------------------------------------
 
-MARGIN = 8  # slack (tokens) under which every drawn token is checked against a fresh path
+MARGIN = 32  # slack (tokens) under which every drawn token is checked against a fresh path (more
+# than one token can add: a "," in a tool-call array adds a whole call, about 15 tokens)
 
 
 class Closing:

@@ -72,13 +72,14 @@ def test_openai_sdk_streamed_json_schema_answer_validates(server: ServerProcess)
         jsonschema.validate(json.loads(text), SCHEMAS["array_of_objects"])
 
 
-def test_openai_sdk_json_object_answers_parse_or_say_length(server: ServerProcess) -> None:
+def test_openai_sdk_json_object_answers_always_parse(server: ServerProcess) -> None:
     answers = with_sdk(server, lambda oai: gather(*[
         oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format={"type": "json_object"},
                                     seed=s, temperature=1.0, max_tokens=MAX_TOKENS) for s in SEEDS]))
-    ended = [a.choices[0] for a in answers if a.choices[0].finish_reason == "stop"]
-    assert all(a.choices[0].finish_reason == "length" for a in answers if a.choices[0] not in ended)
-    assert ended and all(isinstance(json.loads(c.message.content or ""), dict) for c in ended)
+    for answer in answers:  # budget-aware closing: never a truncated document
+        assert answer.choices[0].finish_reason == "stop"
+        assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
+        assert answer.usage is not None and answer.usage.completion_tokens <= MAX_TOKENS
 
 
 def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(server: ServerProcess) -> None:
@@ -89,12 +90,9 @@ def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(server: Se
     params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     for answer in answers:
         choice = answer.choices[0]
-        # any number of calls may follow (vLLM's schema): one still adding calls at max_tokens
-        # says "length" and keeps the calls it completed (the last may be cut short)
-        assert choice.finish_reason in ("tool_calls", "length")
+        # any number of calls may follow (vLLM's schema); closing ends the array within max_tokens
+        assert choice.finish_reason == "tool_calls"
         complete = list(choice.message.tool_calls or [])
-        if choice.finish_reason == "length":
-            complete = complete[:-1]
         assert complete
         for call in complete:
             assert call.type == "function" and call.function.name in params
@@ -143,3 +141,30 @@ def test_websocket_chat_frame_answers_validate_streamed_and_not(server: ServerPr
     assert streamed == whole  # the same seeded generations, streamed or not
     for text in streamed:
         jsonschema.validate(json.loads(text), SCHEMAS["nested_objects"])
+
+
+def test_websocket_chat_frame_json_object_and_required_tool_choice_always_finish(server: ServerProcess) -> None:
+    # tight budgets, so budget-aware closing ends most of these answers
+    params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+    async def main() -> tuple[list[Any], list[Any]]:
+        async with client_sdk.connect(server.url) as client:
+            assert client.transport == "websocket"
+            objects = gather(*[client.chat.completions.create(
+                messages=USER, response_format={"type": "json_object"}, temperature=1.0, seed=s, max_tokens=48)
+                for s in SEEDS])
+            calls = gather(*[client.chat.completions.create(
+                messages=[{"role": "user", "content": "Weather in Oslo?"}], tools=TOOLS, tool_choice="required",
+                temperature=1.0, seed=s, max_tokens=80) for s in SEEDS])
+            return await objects, await calls
+
+    objects, calls = asyncio.run(main())
+    for answer in objects:
+        assert answer.choices[0].finish_reason == "stop"
+        assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
+    for answer in calls:
+        choice = answer.choices[0]
+        assert choice.finish_reason == "tool_calls" and choice.message.tool_calls
+        for call in choice.message.tool_calls:
+            assert call.function.name in params
+            jsonschema.validate(json.loads(call.function.arguments), params[call.function.name])
