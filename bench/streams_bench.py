@@ -19,7 +19,8 @@ connection, render and the call to the engine); inter-token latency (gaps betwee
 the client); one-way delivery latency per token (client receive time minus the engine's emission
 time of that token, both ``CLOCK_MONOTONIC``); the server's CPU time per token (from ``/proc``,
 the whole run including each request's render and engine call, less the server's idle rate
-measured before the first level). "Added by the server" is a mode's figure minus
+measured before the first level); the benchmark client's own CPU time per token (it shares the cores,
+and the ``websockets`` client costs more per frame than the minimal SSE reader). "Added by the server" is a mode's figure minus
 ``direct``'s. Sessions and connections are opened before the clock starts; the ``c`` requests are
 sent spread evenly over ``--ramp-s`` (arrivals, not one burst), and each stream runs ``--tokens``. Prints one JSON document (also written to ``--out``).
 
@@ -167,7 +168,8 @@ async def _ws(ws_url: str, c: int, tokens: int, ramp_s: float) -> list[Stream]:
 
 
 def summarize(streams: list[Stream], engine_times: tuple[dict[str, int], dict[str, list[int]]], tokens: int,
-              wall_s: float, server_cpu_s: float | None, idle_cpu_per_s: float = 0.0) -> dict[str, Any]:
+              wall_s: float, server_cpu_s: float | None, idle_cpu_per_s: float = 0.0, *,
+              client_cpu_s: float | None = None) -> dict[str, Any]:
     arrivals, emissions = engine_times
     ttft, to_engine, itl, delivery = [], [], [], []
     complete = aligned = 0
@@ -194,6 +196,8 @@ def summarize(streams: list[Stream], engine_times: tuple[dict[str, int], dict[st
         busy = max(server_cpu_s - idle_cpu_per_s * wall_s, 0.0)  # less what the server spends idle
         out["server_cpu_s"] = round(server_cpu_s, 4)
         out["server_cpu_us_per_token"] = round(busy / max(n_tokens, 1) * 1e6, 1)
+    if client_cpu_s is not None:  # the benchmark's own client, on the same cores as the server
+        out["client_cpu_us_per_token"] = round(client_cpu_s / max(n_tokens, 1) * 1e6, 1)
     return out
 
 
@@ -209,16 +213,17 @@ async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int
     out: dict[str, Any] = {}
     for mode in order:
         engine.emissions()  # forget earlier runs
-        cpu0, t0 = cpu_seconds(server_pid), time.perf_counter()
+        cpu0, t0, client0 = cpu_seconds(server_pid), time.perf_counter(), time.process_time()
         if mode == "direct":
             streams = await _direct(engine.url, c, tokens, ramp_s, tag)
         elif mode == "sse":
             streams = await _sse(server_url, c, tokens, ramp_s)
         else:
             streams = await _ws("ws" + server_url[len("http"):], c, tokens, ramp_s)
-        wall = time.perf_counter() - t0
+        wall, client_cpu = time.perf_counter() - t0, time.process_time() - client0
         cpu = cpu_seconds(server_pid) - cpu0
-        out[mode] = summarize(streams, engine.emissions(), tokens, wall, None if mode == "direct" else cpu, idle)
+        out[mode] = summarize(streams, engine.emissions(), tokens, wall, None if mode == "direct" else cpu, idle,
+                              client_cpu_s=client_cpu)
         await asyncio.sleep(0.3)
     return out
 
