@@ -18,12 +18,16 @@ import pytest
 import client_sdk
 from tests.e2e.client_support import serve_args
 from tests.support.server_proc import ServerProcess
-from tests.support.structured_suite import MAX_TOKENS, SCHEMAS, TOOL_MAX_TOKENS, TOOLS
+from tests.support.structured_suite import MAX_TOKENS, SCHEMAS, TOOLS
 
 pytestmark = pytest.mark.slow
 
 USER = [{"role": "user", "content": "Answer with JSON."}]
 SEEDS = range(12)
+# JSON mode and "required" end by budget-aware closing on these random models (long strings, ever
+# more calls); a smaller budget than the schema suite's keeps the batch short (the unit engine test
+# has the full budgets)
+CLOSING_MAX_TOKENS = 160
 E2E_SCHEMAS = ("nested_objects", "optional_fields", "array_of_objects", "union_and_null")
 
 
@@ -53,7 +57,7 @@ async def gather(*coros: Any) -> list[Any]:
 @pytest.mark.parametrize("name", E2E_SCHEMAS)
 def test_openai_sdk_json_schema_answers_validate(server: ServerProcess, name: str) -> None:
     answers = with_sdk(server, lambda oai: gather(*[
-        oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=fmt(name),  # type: ignore[arg-type]
+        oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=fmt(name),
                                     seed=s, temperature=1.0, max_tokens=MAX_TOKENS) for s in SEEDS]))
     for answer in answers:
         choice = answer.choices[0]
@@ -63,7 +67,7 @@ def test_openai_sdk_json_schema_answers_validate(server: ServerProcess, name: st
 
 def test_openai_sdk_streamed_json_schema_answer_validates(server: ServerProcess) -> None:
     async def one(oai: openai.AsyncOpenAI, seed: int) -> str:
-        stream = await oai.chat.completions.create(model="tiny-qwen3", messages=USER,  # type: ignore[call-overload]
+        stream = await oai.chat.completions.create(model="tiny-qwen3", messages=USER,
                                                    response_format=fmt("array_of_objects"), seed=seed,
                                                    temperature=1.0, max_tokens=MAX_TOKENS, stream=True)
         return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
@@ -75,18 +79,18 @@ def test_openai_sdk_streamed_json_schema_answer_validates(server: ServerProcess)
 def test_openai_sdk_json_object_answers_always_parse(server: ServerProcess) -> None:
     answers = with_sdk(server, lambda oai: gather(*[
         oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format={"type": "json_object"},
-                                    seed=s, temperature=1.0, max_tokens=MAX_TOKENS) for s in SEEDS]))
+                                    seed=s, temperature=1.0, max_tokens=CLOSING_MAX_TOKENS) for s in SEEDS]))
     for answer in answers:  # budget-aware closing: never a truncated document
         assert answer.choices[0].finish_reason == "stop"
         assert isinstance(json.loads(answer.choices[0].message.content or ""), dict)
-        assert answer.usage is not None and answer.usage.completion_tokens <= MAX_TOKENS
+        assert answer.usage is not None and answer.usage.completion_tokens <= CLOSING_MAX_TOKENS
 
 
 def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(server: ServerProcess) -> None:
     answers = with_sdk(server, lambda oai: gather(*[
         oai.chat.completions.create(model="tiny-qwen3", messages=[{"role": "user", "content": "Weather in Oslo?"}],
-                                    tools=TOOLS, tool_choice="required", seed=s, temperature=1.0,  # type: ignore[arg-type]
-                                    max_tokens=TOOL_MAX_TOKENS) for s in SEEDS]))
+                                    tools=TOOLS, tool_choice="required", seed=s, temperature=1.0,
+                                    max_tokens=CLOSING_MAX_TOKENS) for s in SEEDS]))
     params = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
     for answer in answers:
         choice = answer.choices[0]
@@ -102,8 +106,8 @@ def test_openai_sdk_required_tool_choice_always_calls_a_declared_tool(server: Se
 def test_openai_sdk_named_tool_choice_calls_that_tool(server: ServerProcess) -> None:
     named = {"type": "function", "function": {"name": "add"}}
     answer = with_sdk(server, lambda oai: oai.chat.completions.create(
-        model="tiny-qwen3", messages=[{"role": "user", "content": "2+3?"}], tools=TOOLS,  # type: ignore[arg-type]
-        tool_choice=named, seed=3, temperature=1.0, max_tokens=MAX_TOKENS))  # type: ignore[arg-type]
+        model="tiny-qwen3", messages=[{"role": "user", "content": "2+3?"}], tools=TOOLS,
+        tool_choice=named, seed=3, temperature=1.0, max_tokens=MAX_TOKENS))
     calls = answer.choices[0].message.tool_calls or []
     assert [c.function.name for c in calls] == ["add"]
     jsonschema.validate(json.loads(calls[0].function.arguments), TOOLS[1]["function"]["parameters"])
@@ -113,7 +117,7 @@ def test_openai_sdk_unsupported_schema_is_a_400_naming_the_keyword(server: Serve
     bad = {"type": "json_schema", "json_schema": {"name": "x", "schema": {
         "type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}}
     with pytest.raises(openai.BadRequestError) as info:
-        with_sdk(server, lambda oai: oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=bad,  # type: ignore[arg-type]
+        with_sdk(server, lambda oai: oai.chat.completions.create(model="tiny-qwen3", messages=USER, response_format=bad,
                                                 max_tokens=8))
     assert "uniqueItems" in str(info.value.message)
     assert "properties.tags" in str(info.value.message)
