@@ -17,7 +17,7 @@ vLLM's FastAPI server also accepts) are not failures: the document states the ca
 schemathesis' ``negative_data_rejection`` is not run.
 
 Bounded for CI: ``TOKENWIRE_FUZZ_EXAMPLES`` (default 10) examples per operation and phase, and a
-time budget per mode for the modes with an engine (45 s; ``TOKENWIRE_FUZZ_SECONDS`` overrides every
+time budget per mode for the modes with an engine (35 s; ``TOKENWIRE_FUZZ_SECONDS`` overrides every
 mode's, and past its examples the fuzzing phase repeats until the budget is spent);
 ``python -m bench.fuzz http`` runs the long form.
 (The schemathesis pytest plugin's lazy fixtures do not run under pytest 9, hence the CLI.)
@@ -52,9 +52,9 @@ ENGINE = ["--dtype", "float32", "--max-model-len", "32", "--max-num-seqs", "4"]
 # name: (server arguments, schemathesis arguments, seconds: the CI time budget, 0 for none)
 MODES: dict[str, tuple[Callable[[Callable[[str], Path]], list[str]], list[str], int]] = {
     "render": (lambda a: ["launch", "render", str(a("qwen3"))], [], 0),
-    "tokens-only": (lambda a: ["serve", str(a(TINY)), "--tokens-only", *ENGINE], [], 45),
+    "tokens-only": (lambda a: ["serve", str(a(TINY)), "--tokens-only", *ENGINE], [], 35),
     "serve-scale-out": (lambda a: ["serve", str(a(TINY)), "--enable-scale-out", *ENGINE],
-                        ["--exclude-path-regex", "/(render|derender)$|^/inference/|^/engine/"], 45),
+                        ["--exclude-path-regex", "/(render|derender)$|^/inference/|^/engine/"], 35),
 }
 
 
