@@ -147,7 +147,8 @@ def create_app(ctx: ServerContext) -> Starlette:
     middleware = [Middleware(DrainMiddleware, drain=ctx.service(drain_of)),
                   Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys),
                   Middleware(LimitMiddleware, limiter=ctx.service(limiter_of),
-                             body_timeout=ctx.settings.body_timeout, exempt=_is_public)]
+                             body_timeout=ctx.settings.body_timeout, exempt=_is_public,
+                             by_key=bool(ctx.settings.api_keys))]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={404: _not_found, 405: _method_not_allowed})
     app.state.ctx = ctx

@@ -120,7 +120,7 @@ def client_key(headers: dict[bytes, bytes], client: Any) -> str:
 def key_of(api_key: bytes | str | None, client: Any) -> str:
     """The limiter's client key: the API key given (hashed: raw keys are not kept), else the
     client's address. A WebSocket session passes the key it was admitted with (a header, or the
-    browser's auth subprotocol)."""
+    browser's auth subprotocol); callers pass ``None`` when the server checks no keys."""
     if api_key:
         raw = api_key.encode() if isinstance(api_key, str) else api_key
         return "key:" + hashlib.sha256(raw).hexdigest()[:32]
@@ -131,9 +131,12 @@ class LimitMiddleware:
     """Per-client limits and the request body rules for HTTP (module docstring)."""
 
     def __init__(self, app: ASGIApp, limiter: Limiter, *, body_timeout: float,
-                 max_body_bytes: int = MAX_BODY_BYTES, exempt: Any = None) -> None:
+                 max_body_bytes: int = MAX_BODY_BYTES, exempt: Any = None, by_key: bool = True) -> None:
         self.app = app
         self.limiter = limiter
+        # keys are the client only when the server checks them (``--api-key``): an unchecked key
+        # is any string a client likes, and a new one each request would be a new budget
+        self.by_key = by_key
         self.body_timeout = body_timeout
         self.max_body_bytes = max_body_bytes
         self.exempt = exempt or (lambda path: False)
@@ -148,7 +151,7 @@ class LimitMiddleware:
             await self._refuse(scope, receive, send, ApiError(
                 413, f"Request body too large (limit {self.max_body_bytes} bytes)."))
             return
-        key = client_key(headers, scope.get("client"))
+        key = client_key(headers, scope.get("client")) if self.by_key else key_of(None, scope.get("client"))
         if self.limiter.enabled:
             try:
                 self.limiter.acquire(key, time.monotonic())

@@ -77,7 +77,7 @@ async def session_endpoint(websocket: WebSocket) -> None:
         return
     await websocket.accept(subprotocol=decision.subprotocol)
     session = Session(config, now=anyio.current_time(), state_tagger=peek_state)
-    key = key_of(decision.api_key, websocket.scope.get("client"))
+    key = key_of(decision.api_key if ctx.settings.api_keys else None, websocket.scope.get("client"))
     metrics.session_opened()
     try:
         await Connection(websocket, session, stages, drain=ctx.service(drain_of),

@@ -1,6 +1,7 @@
 """The request-body rules of ``server.limits.LimitMiddleware`` in-process, with small limits: a body
 refused as soon as it passes the size limit while it streams in (no Content-Length), and one that
-does not arrive in time; both answered with the API's envelope, before the route sees a body."""
+does not arrive in time; both answered with the API's envelope, before the route sees a body. And
+whom the rate limit counts when the server checks no keys."""
 
 from __future__ import annotations
 
@@ -26,12 +27,13 @@ async def echo(request: Request) -> Response:
     return Response(str(len(body["x"])))
 
 
-def app(max_body_bytes: int, body_timeout: float) -> Starlette:
+def app(max_body_bytes: int, body_timeout: float, limiter: Limiter | None = None, by_key: bool = True) -> Starlette:
     route = TwRoute("/v1/echo", echo, RouteGroup.ALWAYS)
     inner = Starlette(routes=[Route("/v1/echo", _wrap(route), methods=["POST"]),
                               Route("/v1/messages", _wrap(TwRoute("/v1/messages", echo, RouteGroup.ALWAYS)),
                                     methods=["POST"])])
-    return LimitMiddleware(inner, Limiter(), body_timeout=body_timeout, max_body_bytes=max_body_bytes)  # type: ignore[return-value]
+    return LimitMiddleware(inner, limiter or Limiter(), body_timeout=body_timeout,  # type: ignore[return-value]
+                           max_body_bytes=max_body_bytes, by_key=by_key)
 
 
 @pytest.fixture
@@ -74,3 +76,17 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408() -> None:
     sent = anyio.run(main)
     assert sent[0]["status"] == 408
     assert b"did not arrive within 0.2 s" in sent[1]["body"]  # type: ignore[operator]
+
+
+def test_without_checked_keys_a_made_up_key_is_no_new_rate_budget() -> None:
+    # a server without --api-key counts clients by address: a key it does not check is no identity
+    unchecked = app(max_body_bytes=100, body_timeout=5, limiter=Limiter(rate_per_minute=1), by_key=False)
+    with TestClient(unchecked) as c:
+        codes = [c.post("/v1/echo", json={"x": "a"}, headers={"Authorization": f"Bearer made-up-{i}"}).status_code
+                 for i in range(3)]
+    assert codes == [200, 429, 429]
+    checked = app(max_body_bytes=100, body_timeout=5, limiter=Limiter(rate_per_minute=1))
+    with TestClient(checked) as c:  # keys checked upstream (ApiKeyMiddleware): each key is a client
+        codes = [c.post("/v1/echo", json={"x": "a"}, headers={"Authorization": f"Bearer key-{i}"}).status_code
+                 for i in range(3)]
+    assert codes == [200, 200, 200]
