@@ -42,7 +42,7 @@ import logging
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -199,13 +199,8 @@ class Grammars:
                 closing = seq.closing
                 only = None
                 if closing is not None:
-                    walks = closing.walks
-                    t0 = time.perf_counter()
-                    p = seq.group.params
-                    only = closing.before(matcher, len(seq.output), p.max_tokens - len(seq.output))
-                    if closing.walks != walks:
-                        self.closing_walks += closing.walks - walks
-                        self.closing_seconds += time.perf_counter() - t0
+                    remaining = seq.group.params.max_tokens - len(seq.output)
+                    only = self._closing(closing, closing.before, matcher, len(seq.output), remaining)
                 if only is not None:  # forced along the closing path
                     bitmask[i].zero_()
                     for tok in only:
@@ -241,17 +236,22 @@ class Grammars:
                 continue
             closing = seq.closing
             if closing is not None:
-                walks = closing.walks
-                t0 = time.perf_counter()
-                other = closing.after(matcher, tok, seq.group.params.max_tokens - len(seq.output) - 1)
-                if closing.walks != walks:
-                    self.closing_walks += closing.walks - walks
-                    self.closing_seconds += time.perf_counter() - t0
+                other = self._closing(closing, closing.after, matcher, tok,
+                                      seq.group.params.max_tokens - len(seq.output) - 1)
                 if other is not None:
                     replaced.append((j, other))
                     self.closing_forced += 1
         self.mask_seconds += time.perf_counter() - start
         return replaced
+
+    def _closing(self, closing: Closing, step: Callable[..., Any], *args: Any) -> Any:
+        """``step(*args)`` (a :class:`Closing` method), counting the walks it ran and their time."""
+        walks, t0 = closing.walks, time.perf_counter()
+        result = step(*args)
+        if closing.walks != walks:
+            self.closing_walks += closing.walks - walks
+            self.closing_seconds += time.perf_counter() - t0
+        return result
 
     def _matcher_of(self, seq: Any) -> Any | None:
         matcher = seq.matcher

@@ -290,8 +290,7 @@ class ChoiceStream:
         tool, reasoning = self.tool, self.reasoning
         if tool is None or (reasoning is not None and not reasoning.passthrough):
             return None
-        call = tool.plain_args_call()
-        return call if call is None or self.spec.parallel_tool_calls or call == 0 else None
+        return tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
 
     def _parse(self, text: str, done: bool) -> Piece:
         reasoning_parser, tool_parser = self.reasoning, self.tool

@@ -128,8 +128,9 @@ class ToolParser(abc.ABC):
         """How many tool calls have been started so far."""
 
     def plain_args_call(self) -> int | None:
-        """When not None: the parser is inside a string of call ``index``'s JSON arguments, and
-        feeding a text for which ``json_stream.is_plain`` holds would change nothing in it and
-        yield exactly that text as that call's arguments (so the derenderer may skip ``feed``
-        while the text stays plain). None: no such shortcut now (the default)."""
+        """When not None: the parser is inside a string of call ``index``'s JSON arguments (a call
+        it reports: with ``parallel_tool_calls`` false, only call 0), and feeding a text for which
+        ``json_stream.is_plain`` holds would change nothing in it and yield exactly that text as
+        that call's arguments (so the derenderer may skip ``feed`` while the text stays plain).
+        None: no such shortcut now (the default)."""
         return None

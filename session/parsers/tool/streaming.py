@@ -69,12 +69,9 @@ class StreamingToolParser(ToolParser):
     # -- the contract ------------------------------------------------------------------------
     def feed(self, text: str) -> ParsedDelta:
         if text:
-            obj = self._plain_args_reader()
-            if obj is not None and obj.in_plain_args and is_plain(text):  # inside a string argument
-                index = self._calls - 1
-                if self._kept(index):
-                    return ParsedDelta(tool_calls=[ToolCallDelta(index=index, arguments=text)])
-                return ParsedDelta()
+            call = self.plain_args_call()
+            if call is not None and is_plain(text):  # inside a string argument: the text is its arguments
+                return ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=text)])
             self._process(text, final=False)
         return self._take()
 
