@@ -13,6 +13,10 @@ validation included):
 - the encoded state's size at those positions;
 - total CPU for the whole 4,000-token stream; the raw ``tokenizers`` ``DecodeStream`` over the same
   tokens (the floor); one non-streaming derender of the same tokens;
+- the whole in-memory stream at chunk sizes 1 to 64 (an engine step's tokens, or several steps a
+  lagging pipeline coalesces), against the one non-streaming derender, with the smallest size that
+  meets the 2x target; and, as the floor of any Python streaming derender, the same loop doing
+  only a cached-text lookup per chunk and a copy of the chunk dict;
 - one HTTP stream, one token per call, against a real ``tokenwire launch render`` process, on a
   stream shaped like vLLM's reference (2,960 tokens: 2,015 of thinking, 508 of content, a 408-token
   tool-call argument).
@@ -53,6 +57,7 @@ VLLM = {"tokens": 2960, "parser_stream_s": 160.0, "parser_stream_s_8_per_call": 
 TARGETS = {"latency_4000_over_100": 1.3, "in_memory_over_decodestream_per_token": 10.0,
            "in_memory_stream_over_non_streaming": 2.0, "http_over_vllm_plain": 1.0, "vllm_parser_over_http": 30.0}
 POSITIONS = (100, 500, 1000, 2000, 2700, 3200, 3800, 4000)  # 100, 1,000 and 4,000 carry the targets
+SWEEP = (1, 2, 4, 8, 16, 32, 64)  # chunk sizes for the whole-stream ratio
 WINDOW = 24  # chunks measured around each position
 TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
                                            "parameters": {"type": "object", "properties": {
@@ -142,6 +147,30 @@ def _at_positions(per_chunk: list[list[float]], size: int) -> dict[str, float]:
         window = per_chunk[first:first + WINDOW]
         out[str(pos)] = min(_median_us([samples[r] for samples in window]) for r in range(repeats))
     return out
+
+
+def chunk_sweep(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> dict[str, Any]:
+    """The whole in-memory stream's CPU by chunk size, next to a floor: per chunk, only what any
+    Python streaming derender must do (look the ids' text up, copy the chunk dict) and no parsing."""
+    out: dict[str, Any] = {}
+    for size in SWEEP:
+        chunks = _chunks(ids, size)
+        stream = _best_cpu(lambda chunks=chunks: _push_all(_derenderer(tok, prompt), chunks), repeats)  # type: ignore[misc]
+
+        def floor(chunks: list[list[int]] = chunks, text: list[str | None] = _derenderer(tok, prompt).spec.table._text,
+                  head: dict[str, Any] = _derenderer(tok, prompt)._chunk_head()) -> None:
+            for piece in chunks:
+                chunk = head.copy()
+                chunk["choices"] = [{"index": 0, "delta": {"content": "".join([text[i] or "" for i in piece])}}]
+
+        out[str(size)] = {"stream_cpu_ms": round(stream * 1e3, 3), "floor_cpu_ms": round(_best_cpu(floor, repeats) * 1e3, 3)}
+    return out
+
+
+def _push_all(d: ChatDerenderer, chunks: list[list[int]]) -> None:
+    push = d.push
+    for piece in chunks:
+        push(0, piece)
 
 
 # --- encoded-state mode ---------------------------------------------------------------------------------
@@ -309,6 +338,7 @@ def main(argv: list[str] | None = None) -> int:
     floor = decode_stream_floor(tok, ids, repeats * 2)
     result["decode_stream_floor"] = floor
     result["non_streaming"] = non_streaming(tok, ids, prompt, repeats * 2)
+    result["in_memory_by_chunk_size"] = chunk_sweep(tok, ids, prompt, repeats)
     for mode, run in (("in_memory", in_memory), ("encoded_state", encoded)):
         reps = max(1, repeats // 2) if mode == "encoded_state" else repeats
         result[mode] = {f"{size}_token_chunks": run(tok, ids, prompt, size, reps) for size in (1, 8)}
@@ -349,6 +379,13 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
             out[f"in_memory.{size}.stream_over_non_streaming_{ref[:-3]}"] = _cmp(
                 r["in_memory"][size]["stream_cpu_ms"] / r["non_streaming"][ref],
                 TARGETS["in_memory_stream_over_non_streaming"])
+    one_shot = r["non_streaming"]["function_ms"]
+    sweep = {size: row["stream_cpu_ms"] / one_shot for size, row in r["in_memory_by_chunk_size"].items()}
+    out["in_memory.by_chunk_size.stream_over_non_streaming_function"] = {k: round(v, 2) for k, v in sweep.items()}
+    out["in_memory.by_chunk_size.floor_over_non_streaming_function"] = {
+        size: round(row["floor_cpu_ms"] / one_shot, 2) for size, row in r["in_memory_by_chunk_size"].items()}
+    meets = [int(size) for size, v in sweep.items() if v <= TARGETS["in_memory_stream_over_non_streaming"]]
+    out["in_memory.smallest_chunk_within_2x_of_non_streaming"] = min(meets) if meets else None
     for mode in ("in_memory", "encoded_state"):
         lat = r["control_reasoning_only"][mode]["latency_us"]
         out[f"control_reasoning_only.{mode}.latency_4000_over_100"] = _cmp(lat["4000"] / lat["100"],

@@ -44,7 +44,12 @@ def _save(fig: Any, path: Path) -> Path:
 
 def derender_plot(r: dict[str, Any], path: Path) -> Path:
     plt = _pyplot()
-    fig, (ax, ax2) = plt.subplots(1, 2, figsize=(SIZE[0], SIZE[1] + 0.8), gridspec_kw={"width_ratios": [2, 1]})
+    sweep = r.get("in_memory_by_chunk_size")
+    if sweep:
+        fig, (ax, ax2, ax3) = plt.subplots(1, 3, figsize=(SIZE[0] * 1.4, SIZE[1] + 0.8),
+                                           gridspec_kw={"width_ratios": [2, 1, 1.2]})
+    else:
+        fig, (ax, ax2) = plt.subplots(1, 2, figsize=(SIZE[0], SIZE[1] + 0.8), gridspec_kw={"width_ratios": [2, 1]})
     positions = sorted(int(p) for p in r["in_memory"]["1_token_chunks"]["latency_us"])
     series = [
         ("in memory, 1-token chunks", r["in_memory"]["1_token_chunks"]["latency_us"], "C0", "-"),
@@ -78,6 +83,20 @@ def derender_plot(r: dict[str, Any], path: Path) -> Path:
     ax2.set_ylabel("ms per HTTP call (1 token/call)")
     ax2.set_title("HTTP derender, 1 token per call")
     ax2.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
+    if sweep:
+        one_shot = r["non_streaming"]["function_ms"]
+        sizes = sorted(int(k) for k in sweep)
+        ax3.plot(sizes, [sweep[str(k)]["stream_cpu_ms"] / one_shot for k in sizes], "-", color="C0", marker="o",
+                 ms=3, label="whole stream, in memory")
+        ax3.plot(sizes, [sweep[str(k)]["floor_cpu_ms"] / one_shot for k in sizes], ":", color="grey", marker="o",
+                 ms=3, label="floor: text lookup + chunk dict only")
+        ax3.axhline(2.0, color="C3", ls="--", lw=1, label="target: 2x")
+        ax3.set_xscale("log", base=2)
+        ax3.set_yscale("log")
+        ax3.set_xlabel("tokens per chunk")
+        ax3.set_ylabel("CPU / one non-streaming derender")
+        ax3.set_title("Whole stream against one-shot")
+        ax3.legend(loc="upper center", bbox_to_anchor=(0.5, -0.2))
     return _save(fig, path)
 
 

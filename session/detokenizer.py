@@ -53,7 +53,7 @@ _REPLACEMENT = "\ufffd"
 # TokenTable text cache: a token whose bytes are not whole UTF-8 on their own (part of a character,
 # or invalid). A lone surrogate, which no decoded UTF-8 text can hold, so it is no token's text.
 _PARTIAL = "\ud800"
-_UTF8_DECODER = codecs.getincrementaldecoder("utf-8")
+_utf8_decode = codecs.utf_8_decode
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -127,12 +127,10 @@ class TokenTable:
         """The bytes of ``ids`` without those in ``skip``, joined."""
         if skip.isdisjoint(ids):
             try:
-                found = [self._bytes[i] for i in ids]
-            except IndexError:  # an id past the tokenizer
-                found = [None]
-            if None not in found:
-                return b"".join(found)  # type: ignore[arg-type]  # (no None)
-        return b"".join(self.token_bytes(i) for i in ids if i not in skip)
+                return b"".join(map(self._bytes.__getitem__, ids))  # type: ignore[arg-type]  # (a None raises)
+            except (IndexError, TypeError):  # an id past the tokenizer, or one not looked up yet
+                pass
+        return b"".join([self.token_bytes(i) for i in ids if i not in skip])
 
     def token_text(self, token_id: int) -> str:
         """``token_bytes(id).decode()`` when those bytes are whole UTF-8 on their own, else
@@ -215,27 +213,23 @@ class Detokenizer(Protocol):
 class ByteLevelDetokenizer:
     """Context-free detokenization for byte-level tokenizers. State: the unfinished bytes.
 
-    While no character is unfinished (``_held`` false), tokens that are whole UTF-8 on their own
-    are looked up (``TokenTable.token_text``); anything else goes through an incremental UTF-8
-    decoder (made when first needed), which then holds the unfinished bytes."""
+    While no character is unfinished (``_pending`` empty), tokens that are whole UTF-8 on their
+    own are looked up (``TokenTable.token_text``); anything else is decoded as UTF-8 with the bytes
+    of an unfinished last character kept in ``_pending`` for the next push (what an incremental
+    UTF-8 decoder does, without its Python-level wrapper)."""
 
-    __slots__ = ("_decoder", "_held", "_skip", "_table")
+    __slots__ = ("_pending", "_skip", "_table")
     KIND = "b"
 
     def __init__(self, table: TokenTable, skip_special_tokens: bool, pending: bytes = b"") -> None:
         self._table = table
         self._skip = table.special_ids if skip_special_tokens else frozenset()
-        self._decoder: codecs.IncrementalDecoder | None = None
-        self._held = False  # the decoder holds the bytes of an unfinished character
-        if pending:
-            self._decoder = _UTF8_DECODER("replace")
-            self._decoder.setstate((pending, 0))
-            self._held = True
+        self._pending = pending  # the bytes of an unfinished character
 
     def push(self, ids: Sequence[int]) -> str:
         table = self._table
         skip = self._skip
-        if not self._held:
+        if not self._pending:
             text = table._text
             if len(ids) == 1:  # the common step
                 i = ids[0]
@@ -251,30 +245,22 @@ class ByteLevelDetokenizer:
                     return s
             elif skip.isdisjoint(ids):  # a chunk of whole tokens: looked up (else decoded below)
                 try:
-                    found = [text[i] for i in ids]
-                except IndexError:  # an id past the tokenizer
-                    found = [None]
-                if None in found:
-                    found = [table.token_text(i) for i in ids]
-                if _PARTIAL not in found:
-                    return "".join(found)  # type: ignore[arg-type]  # (no None left)
-        data = table.chunk_bytes(ids, skip)
-        decoder = self._decoder
-        if decoder is None:
-            decoder = self._decoder = _UTF8_DECODER("replace")
-        out = decoder.decode(data)
-        self._held = bool(decoder.getstate()[0])
+                    s = "".join(map(text.__getitem__, ids))  # type: ignore[arg-type]  # (a None raises)
+                except (IndexError, TypeError):  # an id past the tokenizer, or one not looked up yet
+                    s = "".join([table.token_text(i) for i in ids])
+                if _PARTIAL not in s:  # (no token's own text holds a lone surrogate)
+                    return s
+        data = self._pending + table.chunk_bytes(ids, skip)
+        out, used = _utf8_decode(data, "replace", False)
+        self._pending = data[used:]
         return out
 
     def flush(self) -> str:
-        if not self._held or self._decoder is None:
-            return ""
-        self._held = False
-        return self._decoder.decode(b"", True)
+        pending, self._pending = self._pending, b""
+        return _utf8_decode(pending, "replace", True)[0] if pending else ""
 
     def snapshot(self) -> list[Any]:
-        pending = self._decoder.getstate()[0] if self._held and self._decoder is not None else b""
-        return [self.KIND, pending.hex()] if pending else [self.KIND]
+        return [self.KIND, self._pending.hex()] if self._pending else [self.KIND]
 
 
 class WindowDetokenizer:

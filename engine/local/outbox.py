@@ -4,8 +4,10 @@ The engine thread hands each step's outputs to the event loop with one
 ``loop.call_soon_threadsafe`` per step; on the loop, :class:`Outbox.push` files each request's
 output into its own bounded buffer and wakes its consumer. A slow consumer never grows memory
 without bound and never blocks the engine: past ``capacity`` items, new tokens are merged into
-the last pending item (token deltas concatenate), so a consumer that falls behind simply
-receives bigger deltas.
+the last pending item (token deltas concatenate). And :meth:`Outbox.get` hands over everything
+that arrived since the last read as one output, so a consumer that falls behind (a loaded event
+loop) derenders and sends fewer, bigger deltas, whose per-token cost is lower, and catches up (as
+vLLM's output collector merges the outputs its consumer has not taken yet).
 """
 
 from __future__ import annotations
@@ -53,9 +55,16 @@ class Outbox:
                 await self._waiter
             finally:
                 self._waiter = None
-        item = self._items.popleft()
+        items = self._items
+        item = items.popleft()
         if isinstance(item, EngineError):
             raise item
+        while items:
+            later = items[0]
+            if not isinstance(later, EngineOutput):  # an error: raised by the next read
+                break
+            items.popleft()
+            merge_into(item, later)
         return item
 
     def __len__(self) -> int:

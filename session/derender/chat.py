@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, cast
 
 from engine.protocol import GenerateResponse, TokenLogprob
-from session.derender.choice import ChoiceStream, Piece, StreamSpec
+from session.derender.choice import ArgsPiece, ChoiceStream, Piece, StreamSpec
 from session.derender.logprobs import chat_logprobs
 from session.parsers.base import ToolCallDelta
 
@@ -40,6 +40,11 @@ def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens, "prompt_tokens_details": None,
             "completion_tokens_details": None}
+
+
+# A streamed choice, to copy: the fields left None here are set only when a step has them.
+_CHOICE: dict[str, Any] = {"index": 0, "delta": None, "logprobs": None, "finish_reason": None, "stop_reason": None,
+                           "token_ids": None}
 
 
 class ChatStep:
@@ -59,9 +64,6 @@ class ChatStep:
 
 def _delta_tool_calls(request_id: str, choice: int, calls: Sequence[ToolCallDelta]) -> list[dict[str, Any]]:
     """Tool-call deltas in OpenAI's shape, merging consecutive fragments of the same call."""
-    if len(calls) == 1 and calls[0].name is None:  # the common step: more arguments of one call
-        c = calls[0]
-        return [{"id": None, "type": None, "index": c.index, "function": {"name": None, "arguments": c.arguments}}]
     out: list[dict[str, Any]] = []
     for c in calls:
         if out and out[-1]["index"] == c.index and (c.name is None):
@@ -80,17 +82,18 @@ def _delta_tool_calls(request_id: str, choice: int, calls: Sequence[ToolCallDelt
 class ChatDerenderer:
     """Incremental chat derender of one request (``n`` choices)."""
 
-    __slots__ = ("continuous_usage", "created", "model", "prompt_tokens", "request_id", "return_token_ids",
-                 "spec", "streams", "top_logprobs", "want_logprobs")
+    __slots__ = ("_created", "_head", "_model", "_request_id", "continuous_usage", "prompt_tokens",
+                 "return_token_ids", "spec", "streams", "top_logprobs", "want_logprobs")
 
     def __init__(self, spec: StreamSpec, *, request_id: str, created: int, model: str, n: int = 1,
                  prompt_tokens: int = 0, want_logprobs: bool = True, top_logprobs: int | None = None,
                  continuous_usage: bool = False, return_token_ids: bool = False,
                  streams: dict[int, ChoiceStream] | None = None) -> None:
         self.spec = spec
-        self.request_id = request_id
-        self.created = created
-        self.model = model
+        self._request_id = request_id
+        self._created = created
+        self._model = model
+        self._head: dict[str, Any] | None = None  # see _chunk_head
         self.prompt_tokens = prompt_tokens
         self.want_logprobs = want_logprobs
         self.top_logprobs = top_logprobs
@@ -98,6 +101,37 @@ class ChatDerenderer:
         self.return_token_ids = return_token_ids
         self.streams: dict[int, ChoiceStream] = (
             streams if streams is not None else {i: ChoiceStream.new(spec, i) for i in range(n)})
+
+    # --- what every chunk repeats -------------------------------------------------------------------
+    @property
+    def request_id(self) -> str:
+        return self._request_id
+
+    @request_id.setter
+    def request_id(self, value: str) -> None:  # (a resumed stream takes its id from the checkpoint)
+        self._request_id, self._head = value, None
+
+    @property
+    def created(self) -> int:
+        return self._created
+
+    @created.setter
+    def created(self, value: int) -> None:
+        self._created, self._head = value, None
+
+    @property
+    def model(self) -> str:
+        return self._model
+
+    def _chunk_head(self) -> dict[str, Any]:
+        """A chunk without choices or usage, to copy (a copy costs half of building the dict)."""
+        head = self._head
+        if head is None:
+            head = self._head = {
+                "id": self._request_id, "object": "chat.completion.chunk", "created": self._created,
+                "model": self._model, "choices": [], "usage": None, "system_fingerprint": None,
+                "prompt_token_ids": None, "prompt_text": None, "metrics": None}
+        return head
 
     # --- state -----------------------------------------------------------------------------------
     def stream(self, index: int) -> ChoiceStream:
@@ -132,30 +166,40 @@ class ChatDerenderer:
         if logprobs and self.want_logprobs:
             lp = chat_logprobs(self.spec.table, logprobs[: piece.counted], self.top_logprobs)
         first = not stream.started
-        if not (first or always or lp or piece.content or piece.reasoning or piece.tool_calls
+        args = type(piece) is ArgsPiece  # the common step inside a call: more of its arguments
+        if not (args or first or always or lp or piece.content or piece.reasoning or piece.tool_calls
                 or piece.finish_reason):
             return ChatStep(None, piece)
         stream.started = True
         delta: dict[str, Any] = {"role": "assistant" if first else None, "content": piece.content or None,
                                  "reasoning": piece.reasoning or None}
-        if piece.tool_calls:
-            delta["tool_calls"] = _delta_tool_calls(self.request_id, index, piece.tool_calls)
-        choice = {"index": index, "delta": delta, "logprobs": lp, "finish_reason": piece.finish_reason,
-                  "stop_reason": piece.stop_reason,
-                  "token_ids": list(token_ids[: piece.counted]) if self.return_token_ids else None}
-        usage = usage_dict(self.prompt_tokens, stream.count) if self.continuous_usage else None
-        chunk = {"id": self.request_id, "object": "chat.completion.chunk", "created": self.created,
-                 "model": self.model, "choices": [choice], "usage": usage, "system_fingerprint": None,
-                 "prompt_token_ids": None, "prompt_text": None, "metrics": None}
+        if args:
+            more = cast(ArgsPiece, piece)
+            delta["tool_calls"] = [{"id": None, "type": None, "index": more.call,
+                                    "function": {"name": None, "arguments": more.arguments}}]
+        elif piece.tool_calls:
+            delta["tool_calls"] = _delta_tool_calls(self._request_id, index, piece.tool_calls)
+        choice = _CHOICE.copy()
+        choice["index"], choice["delta"] = index, delta
+        if lp is not None:
+            choice["logprobs"] = lp
+        if piece.finish_reason is not None:
+            choice["finish_reason"], choice["stop_reason"] = piece.finish_reason, piece.stop_reason
+        if self.return_token_ids:
+            choice["token_ids"] = list(token_ids[: piece.counted])
+        chunk = self._chunk_head().copy()
+        chunk["choices"] = [choice]
+        if self.continuous_usage:
+            chunk["usage"] = usage_dict(self.prompt_tokens, stream.count)
         return ChatStep(chunk, piece, piece.stop_engine, stream.finished)
 
     def usage_chunk(self, usage: dict[str, Any] | None = None) -> dict[str, Any]:
         """The final usage-only chunk (``choices: []``); by default counted over all choices."""
         if usage is None:
             usage = usage_dict(self.prompt_tokens, self.completion_tokens)
-        return {"id": self.request_id, "object": "chat.completion.chunk", "created": self.created,
-                "model": self.model, "choices": [], "usage": usage, "system_fingerprint": None,
-                "prompt_token_ids": None, "prompt_text": None, "metrics": None}
+        chunk = self._chunk_head().copy()
+        chunk["choices"], chunk["usage"] = [], usage
+        return chunk
 
 
 # --- non-streaming ---------------------------------------------------------------------------------

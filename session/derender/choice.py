@@ -37,7 +37,14 @@ from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, To
 from session.parsers.tool.json_stream import is_plain
 from session.stop import StopStrings
 
-__all__ = ["ChoiceStream", "Piece", "StreamSpec"]
+__all__ = ["ArgsPiece", "ChoiceStream", "Piece", "StreamSpec"]
+
+# ChoiceStream.route: where a text that holds nothing the parsers look for goes (see _route)
+_SLOW = object()  # feed the parsers
+_REASONING = object()  # no character route_guard in the text: all reasoning
+_CONTENT = object()  # no character route_guard in the text: all content
+_ARGS = object()  # a JSON-plain text: the arguments of call route_call
+_ANY_CONTENT = object()  # any text is content
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,13 +86,33 @@ class Piece:
         return bool(self.content or self.reasoning or self.tool_calls or self.finish_reason)
 
     def __repr__(self) -> str:
-        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in self.__slots__)
-        return f"Piece({fields})"
+        fields = ", ".join(f"{k}={getattr(self, k)!r}" for k in Piece.__slots__)
+        return f"{type(self).__name__}({fields})"
+
+
+class ArgsPiece(Piece):
+    """A piece that is only more arguments of one tool call (the step inside a string argument,
+    the most common step of a long call): the call index and the text, with ``tool_calls`` made
+    from them only when asked, so the chat derenderer can build the delta without it."""
+
+    __slots__ = ("arguments", "call")
+
+    def __init__(self, call: int, arguments: str, counted: int) -> None:  # (no super().__init__: see tool_calls)
+        self.call = call
+        self.arguments = arguments
+        self.content = self.reasoning = ""
+        self.counted = counted
+        self.finish_reason = self.stop_reason = None
+        self.stop_engine = False
+
+    @property
+    def tool_calls(self) -> Sequence[ToolCallDelta]:  # type: ignore[override]  # (read-only: the base's slot is unused)
+        return (ToolCallDelta(self.call, None, self.arguments),)
 
 
 class ChoiceStream:
-    __slots__ = ("count", "detok", "finished", "held", "index", "plain_call", "reasoning", "spec", "started",
-                 "stops", "text_offset", "tool")
+    __slots__ = ("count", "detok", "finished", "held", "index", "reasoning", "route", "route_call", "route_guard",
+                 "spec", "started", "stops", "text_offset", "tool")
 
     def __init__(self, spec: StreamSpec, index: int, *, detok: ByteLevelDetokenizer | WindowDetokenizer,
                  stops: StopStrings | None, reasoning: ReasoningParser | None, tool: ToolParser | None,
@@ -102,18 +129,19 @@ class ChoiceStream:
         self.finished = finished
         self.started = started  # the first chunk (role / echo) went out
         self.text_offset = text_offset  # completion logprobs: characters before the next token
-        # Set after a step that left the tool parser inside a string of a call's JSON arguments
-        # with the reasoning parser passing text through (ToolParser.plain_args_call): the next
-        # plain text (json_stream.is_plain) is that call's arguments as it is, and feeding it would
-        # change neither parser, so the step skips them. Not part of the snapshot: derived from the
-        # parsers' state again on restore.
-        self.plain_call: int | None = None
+        # Where the next text goes when it holds nothing a parser looks for, so the step may skip
+        # the parsers (feeding it would change neither and yield exactly that): see _route. Not
+        # part of the snapshot: derived from the parsers' state again after every parse and on
+        # restore.
+        self.route = _SLOW
+        self.route_guard = ""
+        self.route_call = 0
 
     # --- construction ----------------------------------------------------------------------------
     @classmethod
     def new(cls, spec: StreamSpec, index: int) -> ChoiceStream:
         ctx = spec.parser_ctx
-        return cls(
+        stream = cls(
             spec, index,
             detok=new_detokenizer(spec.table, skip_special_tokens=spec.skip_special_tokens,
                                   prompt_ids=spec.prompt_tail),
@@ -121,6 +149,8 @@ class ChoiceStream:
             reasoning=spec.reasoning_parser(ctx) if spec.reasoning_parser else None,
             tool=spec.tool_parser(ctx) if spec.tool_parser else None,
         )
+        stream._route()
+        return stream
 
     def snapshot(self) -> dict[str, Any]:
         """The continuation state (JSON-ready; small keys, defaults omitted)."""
@@ -169,7 +199,7 @@ class ChoiceStream:
                 started=bool(snap.get("s")), text_offset=int(snap.get("o", 0)),
             )
             if not stream.finished:
-                stream.plain_call = stream._plain_route()
+                stream._route()
             return stream
         except DerenderError:
             raise
@@ -275,28 +305,55 @@ class ChoiceStream:
         text = self.detok.push(ids)
         if not text:
             return Piece(counted=n)
-        call = self.plain_call
-        if call is not None and is_plain(text):  # inside a string argument: the parsers would pass it on
-            return Piece(tool_calls=[ToolCallDelta(call, None, text)], counted=n)
-        if self.reasoning is None and self.tool is None:
-            return Piece(content=text, counted=n)
+        route = self.route
+        if route is _REASONING:
+            if self.route_guard not in text:
+                return Piece("", text if self.spec.include_reasoning else "", (), n)
+        elif route is _CONTENT:
+            if self.route_guard not in text:
+                return Piece(text, "", (), n)
+        elif route is _ARGS:
+            if is_plain(text):  # inside a string argument: the text is that call's arguments as it is
+                return ArgsPiece(self.route_call, text, n)
+        elif route is _ANY_CONTENT:
+            return Piece(text, "", (), n)
         piece = self._parse(text, False)
         piece.counted = n
         return piece
 
-    def _plain_route(self) -> int | None:
-        """The call whose string argument the parsers are inside, where a plain text may skip them
-        (see ``plain_call``); None when there is no such shortcut now."""
+    def _route(self) -> None:
+        """Where a text that holds nothing the parsers look for goes next (``route``), from the
+        parsers' state: reasoning (without ``route_guard``: ReasoningParser.plain_reasoning_guard),
+        content (ToolParser.plain_content_guard), the arguments of call ``route_call`` (a JSON-plain
+        text: ToolParser.plain_args_call), any text as content, or _SLOW (feed the parsers)."""
+        self.route = _SLOW
         tool, reasoning = self.tool, self.reasoning
-        if tool is None or (reasoning is not None and not reasoning.passthrough):
-            return None
-        return tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
+        if reasoning is not None and not reasoning.passthrough:
+            guard = reasoning.plain_reasoning_guard()
+            if guard:
+                self.route, self.route_guard = _REASONING, guard
+            return
+        if tool is None:
+            self.route = _ANY_CONTENT
+            return
+        call = tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
+        if call is not None:
+            self.route, self.route_call = _ARGS, call
+            return
+        guard = tool.plain_content_guard()
+        if guard is not None:
+            self.route, self.route_guard = (_CONTENT, guard) if guard else (_ANY_CONTENT, "")
 
     def _parse(self, text: str, done: bool) -> Piece:
+        piece = self._split(text, done)
+        if not done:
+            self._route()
+        return piece
+
+    def _split(self, text: str, done: bool) -> Piece:
         reasoning_parser, tool_parser = self.reasoning, self.tool
         if reasoning_parser is None and tool_parser is None:
             return Piece(content=text)
-        self.plain_call = None
         reasoning = ""
         content = text
         if reasoning_parser is not None:
@@ -324,9 +381,6 @@ class ChoiceStream:
         if t is None:
             return Piece(reasoning=reasoning)
         calls = t.tool_calls
-        if calls:
-            if not self.spec.parallel_tool_calls:
-                calls = [c for c in calls if c.index == 0]
-            if not done:
-                self.plain_call = self._plain_route()
+        if calls and not self.spec.parallel_tool_calls:
+            calls = [c for c in calls if c.index == 0]
         return Piece(content=t.content, reasoning=reasoning, tool_calls=calls)

@@ -98,6 +98,13 @@ class ReasoningParser(abc.ABC):
         any text (reasoning over, nothing held): the derenderer may then skip ``feed``."""
         return False
 
+    def plain_reasoning_guard(self) -> str | None:
+        """When not None: a character that every marker the parser looks for now starts with;
+        feeding a text that does not contain it would change nothing and return exactly
+        ``reasoning=text`` (so the derenderer may skip ``feed`` for such texts). None: no such
+        shortcut now (the default)."""
+        return None
+
 
 class ToolParser(abc.ABC):
     """Splits content into plain content and tool calls. Returns ``ParsedDelta`` with only
@@ -133,4 +140,11 @@ class ToolParser(abc.ABC):
         ``json_stream.is_plain`` holds would change nothing in it and yield exactly that text as
         that call's arguments (so the derenderer may skip ``feed`` while the text stays plain).
         None: no such shortcut now (the default)."""
+        return None
+
+    def plain_content_guard(self) -> str | None:
+        """When not None: the character every marker the parser looks for now starts with, or ""
+        when it looks for none; feeding a text that does not contain that character would change
+        nothing and return exactly ``content=text`` (so the derenderer may skip ``feed`` for such
+        texts). None: no such shortcut now (the default)."""
         return None

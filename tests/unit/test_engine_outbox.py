@@ -25,7 +25,9 @@ def test_slow_reader_gets_merged_deltas_and_memory_stays_bounded() -> None:
             box.push(out(t, index=t % 2))
         box.push(out(99, finish="length"))
         assert len(box) == 3
-        return [await box.get() for _ in range(3)]
+        got = [await box.get()]  # everything pending, as one output
+        assert len(box) == 0
+        return got
 
     got = asyncio.run(main())
     tokens = {0: [], 1: []}  # type: dict[int, list[int]]
@@ -60,3 +62,32 @@ def test_error_is_raised_once_and_nothing_follows_it() -> None:
         assert len(box) == 0 and box.done
 
     asyncio.run(main())
+
+
+def test_a_reader_that_fell_behind_gets_what_arrived_as_one_output_and_the_next_waits() -> None:
+    async def main() -> tuple[EngineOutput, EngineOutput]:
+        box = Outbox()
+        for t in (1, 2, 3):
+            box.push(out(t))
+        first = await box.get()
+        asyncio.get_running_loop().call_later(0.01, box.push, out(4, finish="stop"))
+        return first, await box.get()
+
+    first, second = asyncio.run(main())
+    assert first.choices[0].token_ids == [1, 2, 3] and not first.finished
+    assert [x.token_id for x in first.choices[0].logprobs or []] == [1, 2, 3]
+    assert second.choices[0].token_ids == [4] and second.finished
+
+
+def test_outputs_before_an_error_merge_and_the_error_comes_next() -> None:
+    async def main() -> list[int]:
+        box = Outbox()
+        box.push(out(1))
+        box.push(out(2))
+        box.push(EngineInternalError("boom"))
+        got = (await box.get()).choices[0].token_ids
+        with pytest.raises(EngineInternalError):
+            await box.get()
+        return got
+
+    assert asyncio.run(main()) == [1, 2]

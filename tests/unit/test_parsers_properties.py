@@ -21,7 +21,7 @@ from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
-from session.parsers.base import ParserContext
+from session.parsers.base import ParserContext, ReasoningParser, ToolParser
 from session.parsers.reasoning import Qwen3ReasoningParser
 from session.parsers.tool import (
     DeepSeekV3ToolParser,
@@ -32,6 +32,7 @@ from session.parsers.tool import (
     PythonicToolParser,
     RequiredToolChoiceParser,
 )
+from session.parsers.tool.json_stream import is_plain
 
 from .parsers_harness import AUTO, AnyParser, Split, fold, one_shot, split_at, streamed
 
@@ -89,6 +90,80 @@ def test_reasoning_then_hermes_chained_streams_like_one_shot(text: str, data: st
 
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=20))
     assert run(split_at(text, cuts)) == run([text])
+
+
+# -- the shortcuts the derenderer takes (plain_*_guard, plain_args_call) -----------------------------
+
+PLAIN_CANDIDATES = ["plain words", "東京 😀", "see [1] and {x}", "a < b", 'say "hi"', "back\\slash", "\n\t",
+                    "f(x=1)", "é"]
+
+
+def _promises(parser: ToolParser | ReasoningParser, text: str) -> list[tuple[str, str, list[tuple[int, Any, str]]]]:
+    """What the parser promises ``feed(text)`` returns now, one entry per shortcut that covers
+    ``text`` (content, reasoning, tool-call deltas as (index, name, arguments))."""
+    out: list[tuple[str, str, list[tuple[int, Any, str]]]] = []
+    if isinstance(parser, ReasoningParser):
+        guard = parser.plain_reasoning_guard()
+        if guard is not None:
+            assert len(guard) == 1
+            if guard not in text:
+                out.append(("", text, []))
+        if parser.passthrough:
+            out.append((text, "", []))
+        return out
+    call = parser.plain_args_call()
+    if call is not None and is_plain(text):
+        out.append(("", "", [(call, None, text)]))
+    guard = parser.plain_content_guard()
+    if guard is not None:
+        assert len(guard) <= 1
+        if not guard or guard not in text:
+            out.append((text, "", []))
+    return out
+
+
+@pytest.mark.parametrize(("cls", "ctx"), ALL_PARSERS, ids=lambda v: getattr(v, "name", ""))
+@settings(max_examples=150, deadline=None)
+@given(chunks=st.lists(texts, max_size=6), plain=st.sampled_from(PLAIN_CANDIDATES))
+def test_a_text_a_shortcut_covers_feeds_as_promised_and_changes_nothing(
+        cls: AnyParser, ctx: ParserContext, chunks: list[str], plain: str) -> None:
+    """Where a parser offers a shortcut for a text, feeding that text returns exactly what the
+    shortcut promises and leaves the parser's state as it was (so skipping ``feed`` is exact)."""
+    parser = cls(ctx)
+    for chunk in [*chunks, ""]:
+        parser.feed(chunk)
+        for content, reasoning, calls in _promises(parser, plain):
+            twin = cls.restore(ctx, json.loads(json.dumps(parser.snapshot())))
+            before = twin.snapshot()
+            got = twin.feed(plain)
+            assert (got.content, got.reasoning, [(c.index, c.name, c.arguments) for c in got.tool_calls]) == (
+                content, reasoning, calls)
+            assert twin.snapshot() == before
+
+
+@pytest.mark.parametrize(("cls", "ctx", "prefix", "shortcut"), [
+    (Qwen3ReasoningParser, AUTO, "", "reasoning <"),
+    (Qwen3ReasoningParser, AUTO, "<think>I wonder", "reasoning <"),
+    (Qwen3ReasoningParser, AUTO, "hm</think>", "passthrough"),
+    (HermesToolParser, AUTO, "Hello ", "content <"),
+    (HermesToolParser, AUTO, '<tool_call>{"name": "get_weather", "arguments": {"city": "Par', "args 0"),
+    (MistralToolParser, AUTO, "Sure", "content ["),
+    (Llama3JsonToolParser, AUTO, "Not a call", "content any"),
+    (PythonicToolParser, AUTO, "Not a list", "content any"),
+    (DeepSeekV3ToolParser, AUTO, "Hi", "content <"),
+], ids=lambda v: v if isinstance(v, str) else getattr(v, "name", ""))
+def test_the_shortcuts_are_offered_where_a_stream_spends_its_time(cls: AnyParser, ctx: ParserContext, prefix: str,
+                                                                 shortcut: str) -> None:
+    parser = cls(ctx)
+    parser.feed(prefix)
+    if isinstance(parser, ReasoningParser):
+        offered = "passthrough" if parser.passthrough else f"reasoning {parser.plain_reasoning_guard()}"
+    elif parser.plain_args_call() is not None:
+        offered = f"args {parser.plain_args_call()}"
+    else:
+        guard = parser.plain_content_guard()
+        offered = f"content {guard or 'any'}" if guard is not None else "none"
+    assert offered == shortcut
 
 
 # -- vLLM's non-streaming results for well-formed output (reference, from vLLM's behaviour) ---------

@@ -43,6 +43,12 @@ class ThinkReasoningParser(ReasoningParser):
     def passthrough(self) -> bool:
         return self._mode == "content" and not self._buf
 
+    def plain_reasoning_guard(self) -> str | None:
+        if self._mode != "reasoning" or self._buf:
+            return None
+        firsts = {m[0] for m in self._markers()}  # "<" for every tag here
+        return firsts.pop() if len(firsts) == 1 else None
+
     # -- the contract ------------------------------------------------------------------------
     def feed(self, text: str) -> ParsedDelta:
         return self._process(text, final=False)

@@ -37,6 +37,7 @@ class DeepSeekV3ToolParser(StreamingToolParser):
 
     name = "deepseek_v3"
     needs_special_tokens = True
+    content_guards = {"text": CALLS_BEGIN[0]}
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)

@@ -35,6 +35,7 @@ class HermesToolParser(StreamingToolParser):
 
     name = "hermes"
     needs_special_tokens = False
+    content_guards = {"text": "<", "raw": ""}  # START starts with "<"
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)

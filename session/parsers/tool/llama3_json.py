@@ -32,6 +32,7 @@ class Llama3JsonToolParser(StreamingToolParser):
     name = "llama3_json"
     needs_special_tokens = False
     initial_mode = "start"
+    content_guards = {"text": "", "raw": ""}
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)

@@ -36,6 +36,7 @@ class MistralToolParser(StreamingToolParser):
 
     name = "mistral"
     needs_special_tokens = True
+    content_guards = {"text": "[", "raw": ""}  # BOT starts with "["
     call_id_style = "mistral"
 
     def __init__(self, ctx: Any) -> None:

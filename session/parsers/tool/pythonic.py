@@ -69,6 +69,7 @@ class PythonicToolParser(StreamingToolParser):
     name = "pythonic"
     needs_special_tokens = False
     initial_mode = "start"
+    content_guards = {"text": "", "raw": ""}
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)

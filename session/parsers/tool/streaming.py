@@ -26,6 +26,9 @@ class StreamingToolParser(ToolParser):
     # ``chatcmpl-tool-…``) or "mistral" (9 random alphanumerics, what Mistral's templates accept).
     call_id_style: ClassVar[str] = "openai"
     initial_mode: ClassVar[str] = "text"
+    # Per mode where the text is plain content until a marker: the character every such marker
+    # starts with ("" when that mode looks for none): ``plain_content_guard`` while nothing is held.
+    content_guards: ClassVar[dict[str, str]] = {}
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
@@ -81,6 +84,9 @@ class StreamingToolParser(ToolParser):
             return None
         index = self._calls - 1
         return index if self._kept(index) else None
+
+    def plain_content_guard(self) -> str | None:
+        return None if self._buf else self.content_guards.get(self._mode)
 
     def finish(self) -> ParsedDelta:
         self._process("", final=True)
