@@ -71,5 +71,7 @@ def test_metrics_count_what_the_server_did(server: ServerProcess) -> None:
     assert value(during, "tokenwire_derender_seconds_count", call="chat_stream") == 1
     assert value(during, "tokenwire_engine_queue_depth") == 0
     assert value(during, "tokenwire_engine_step_tokens_total") >= value(during, "tokenwire_engine_steps_total") > 0
+    for name in ("closing_walks", "closing_forced_tokens", "closing_seconds"):  # exported (no structured output here)
+        assert during.get((f"tokenwire_engine_{name}_total", ())) == 0
     after = scrape(server)
     assert value(after, "tokenwire_active_sessions") in (0, 1)  # the close is asynchronous

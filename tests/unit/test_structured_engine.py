@@ -228,8 +228,16 @@ def test_closing_can_be_turned_off_for_vllms_truncated_length(h: EngineHarness, 
         return h.run(*[request(prompt, temperature=1.0, seed=seed, max_tokens=30, extra_args={"structured_closing": closing},
                                structured_outputs=structured_outputs(json_object=True)) for seed in range(6)])
 
+    def closing() -> tuple[int, int, float]:
+        stats = h.engine.stats()
+        return stats["closing_walks"], stats["closing_forced"], stats["closing_seconds"]
+
+    before = closing()
     assert {r.finish[0] for r in run(True)} == {"stop"}
+    on = closing()
+    assert on[0] > before[0] and on[1] > before[1] and on[2] > before[2]  # /engine/stats shows closing's work
     assert "length" in {r.finish[0] for r in run(False)}
+    assert closing() == on  # turned off: no walk, nothing forced
     with pytest.raises(InvalidGenerateRequest) as info:
         h.run(request(prompt, max_tokens=8, extra_args={"structured_closing": "no"},
                       structured_outputs=structured_outputs(json_object=True)))
