@@ -152,25 +152,25 @@ def _at_positions(per_chunk: list[list[float]], size: int) -> dict[str, float]:
 def chunk_sweep(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> dict[str, Any]:
     """The whole in-memory stream's CPU by chunk size, next to a floor: per chunk, only what any
     Python streaming derender must do (look the ids' text up, copy the chunk dict) and no parsing."""
+    sample = _derenderer(tok, prompt)
+    text, head = sample.spec.table._text, sample._chunk_head()
     out: dict[str, Any] = {}
     for size in SWEEP:
         chunks = _chunks(ids, size)
-        stream = _best_cpu(lambda chunks=chunks: _push_all(_derenderer(tok, prompt), chunks), repeats)  # type: ignore[misc]
 
-        def floor(chunks: list[list[int]] = chunks, text: list[str | None] = _derenderer(tok, prompt).spec.table._text,
-                  head: dict[str, Any] = _derenderer(tok, prompt)._chunk_head()) -> None:
+        def stream(chunks: list[list[int]] = chunks) -> None:
+            push = _derenderer(tok, prompt).push
+            for piece in chunks:
+                push(0, piece)
+
+        def floor(chunks: list[list[int]] = chunks) -> None:
             for piece in chunks:
                 chunk = head.copy()
                 chunk["choices"] = [{"index": 0, "delta": {"content": "".join([text[i] or "" for i in piece])}}]
 
-        out[str(size)] = {"stream_cpu_ms": round(stream * 1e3, 3), "floor_cpu_ms": round(_best_cpu(floor, repeats) * 1e3, 3)}
+        out[str(size)] = {"stream_cpu_ms": round(_best_cpu(stream, repeats) * 1e3, 3),
+                          "floor_cpu_ms": round(_best_cpu(floor, repeats) * 1e3, 3)}
     return out
-
-
-def _push_all(d: ChatDerenderer, chunks: list[list[int]]) -> None:
-    push = d.push
-    for piece in chunks:
-        push(0, piece)
 
 
 # --- encoded-state mode ---------------------------------------------------------------------------------

@@ -172,8 +172,9 @@ class EngineCollector(Collector):
                     "closing_seconds": ("tokenwire_engine_closing_seconds", "Engine-thread seconds spent in "
                                         "budget-aware closing.")}
         for key, (name, doc) in counters.items():
-            if isinstance(stats.get(key), int | float) and not isinstance(stats.get(key), bool):
-                yield CounterMetricFamily(name, doc, value=stats[key])
+            value = stats.get(key)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                yield CounterMetricFamily(name, doc, value=value)
 
 
 class LoopCollector(Collector):
