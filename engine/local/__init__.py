@@ -8,7 +8,7 @@
   vision tower, M-RoPE positions;
 - :mod:`engine.local.sampling` — penalties, filters, seeded draws and logprobs;
 - :mod:`engine.local.params` — request validation against the served model (no torch);
-- :mod:`engine.local.outbox` — bounded per-request buffers on the event loop (no torch);
+- :mod:`engine.outbox` (outside this package, shared with the engine link) — bounded per-request buffers on the event loop;
 - :mod:`engine.local.device` — dtype and thread choices for this CPU.
 """
 

@@ -31,7 +31,7 @@ from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineU
 from engine.interface import Engine, EngineHealth, EngineOutput
 from engine.local.device import resolve_dtype, resolve_threads
 from engine.local.grammar import Grammars
-from engine.local.outbox import DEFAULT_CAPACITY, Outbox
+from engine.outbox import DEFAULT_CAPACITY, Outbox
 from engine.local.params import ModelLimits, resolve
 from engine.local.runner import ModelRunner, read_limits
 from engine.local.sampling import Sampled, SampleRow, sample

@@ -8,7 +8,7 @@ import pytest
 
 from engine.errors import EngineInternalError
 from engine.interface import ChoiceDelta, EngineOutput
-from engine.local.outbox import Outbox
+from engine.outbox import Outbox
 from engine.protocol import TokenLogprob, UsageInfo
 
 
