@@ -44,8 +44,12 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="secret that signs derender states; share it between replicas "
                         "(env TOKENWIRE_STATE_SECRET; default: random per process, with a warning)")
     p.add_argument("--engine-url", default=None,
-                   help="URL of a vLLM-compatible tokens-only engine for full pipelines"
-                   if render else "URL of a remote tokens-only engine to use instead of the local one")
+                   help="the engine for full pipelines: http://HOST:PORT for any vLLM-compatible tokens-only "
+                        "engine (one HTTP stream per request), ws://HOST:PORT for a tokenwire `serve "
+                        "--tokens-only` (every request on a few multiplexed WebSockets, one message per "
+                        "engine step: the cheaper link)"
+                   if render else "URL of a remote tokens-only engine to use instead of the local one "
+                        "(http:// for vLLM's HTTP API, ws:// for a tokenwire engine's multiplexed link)")
     p.add_argument("--engine-timeout", type=float, default=300.0,
                    help="seconds a remote engine (--engine-url) may go without answering before the request "
                         "fails with 504 (default 300)")

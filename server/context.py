@@ -107,6 +107,10 @@ def build_context(settings: Settings, gating: Gating, *, engine: Engine | None =
 
 
 def create_engine(settings: Settings, max_model_len: int) -> Engine | None:
+    if settings.engine_url and settings.engine_url.startswith(("ws://", "wss://")):
+        from engine.link import LinkEngine  # tokenwire's session protocol: many requests per socket
+
+        return LinkEngine(settings.engine_url, model_name=settings.served_model_name, max_model_len=max_model_len)
     if settings.engine_url:
         from engine.remote import RemoteEngine
 

@@ -7,6 +7,9 @@ request in flight. The machine decides; this module only shuttles:
   full (so a client that does not read cannot make the server queue answers without bound);
 - the **writer** is the only task that sends: it takes frames from the :class:`Outbox` (where a
   slow reader's pending deltas of one request are merged into one frame), stamps ``seq`` and sends;
+  a client that offered the ``tokenwire.batch`` subprotocol gets everything that is pending at once
+  as one ``batch`` message (docs/protocol.md §6), so an engine step's deltas of every request of
+  the session cost one message;
 - **request tasks** run :func:`server.ws.work.run` in their own cancel scope: ``Cancel`` cancels
   the scope, which closes the pipeline stream, which aborts the engine request;
 - ``Close`` cancels every request at once, flushes what is queued (briefly) and closes with the
@@ -49,6 +52,7 @@ from session.server_frames import ErrorFrame, ErrorInfo, ServerFrame
 
 log = logging.getLogger("tokenwire.ws")
 
+BATCH_SUBPROTOCOL = "tokenwire.batch"  # offered next to tokenwire.v1: the client takes batch frames
 FLUSH_ON_CLOSE_S = 2.0  # how long queued frames may take to leave before the close frame
 THREAD_DECODE_CHARS = 256 * 1024  # larger messages are validated on a worker thread
 
@@ -97,8 +101,9 @@ class _Report:
 class Connection:
     def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
                  outbox_capacity: int = 256, drain: Drain | None = None,
-                 limits: tuple[Limiter, str] | None = None) -> None:
+                 limits: tuple[Limiter, str] | None = None, batch: bool = False) -> None:
         self.websocket = websocket
+        self.batch = batch  # the client takes ``batch`` frames
         self.session = session
         self.stages = stages
         self.outbox = Outbox(outbox_capacity)
@@ -204,12 +209,10 @@ class Connection:
         try:
             while self._close is None:
                 await self.outbox.wait()
-                for frame in self.outbox.take():
-                    await self._send(frame)
+                await self._send_pending()
             with anyio.move_on_after(FLUSH_ON_CLOSE_S):
-                while frames := self.outbox.take():
-                    for frame in frames:
-                        await self._send(frame)
+                while await self._send_pending():
+                    pass
             with anyio.move_on_after(FLUSH_ON_CLOSE_S):
                 await self.websocket.close(self._close.code, self._close.reason)
         except _SEND_ERRORS:
@@ -230,10 +233,30 @@ class Connection:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
 
-    async def _send(self, frame: ServerFrame) -> None:
+    async def _send_pending(self) -> bool:
+        """Send what is queued now: frame by frame, or, to a batch client, all of it as one
+        message. False when nothing was queued."""
+        if not self.batch:
+            frames = self.outbox.take()
+            for frame in frames:
+                await self._send(frame)
+            return bool(frames)
+        encoded: list[bytes] = []
+        while frames := self.outbox.take():
+            encoded += [self._encode(frame) for frame in frames]
+        if len(encoded) > 1:
+            await self.websocket.send_text((b'{"type":"batch","frames":[' + b",".join(encoded) + b"]}").decode())
+        elif encoded:
+            await self.websocket.send_text(encoded[0].decode())
+        return bool(encoded)
+
+    def _encode(self, frame: ServerFrame) -> bytes:
         if isinstance(frame, ErrorFrame):
             metrics.error(frame.error["code"], "ws")
-        await self.websocket.send_text(self.session.stamp(frame).decode())
+        return self.session.stamp(frame)
+
+    async def _send(self, frame: ServerFrame) -> None:
+        await self.websocket.send_text(self._encode(frame).decode())
 
     async def _timer(self) -> None:
         while self.session.state is SessionState.OPEN:

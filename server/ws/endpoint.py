@@ -21,7 +21,7 @@ from server.errors import ApiError, openai_error_body
 from server.gating import RouteGroup
 from server.limits import key_of, limiter_of
 from server.shutdown import drain_of
-from server.ws.connection import Connection
+from server.ws.connection import BATCH_SUBPROTOCOL, Connection
 from server.ws.state_peek import peek_state
 from server.ws.upgrade import Accepted, Refused, decide
 from server.ws.work import Stages
@@ -80,8 +80,9 @@ async def session_endpoint(websocket: WebSocket) -> None:
     key = key_of(decision.api_key if ctx.settings.api_keys else None, websocket.scope.get("client"))
     metrics.session_opened()
     try:
+        batch = BATCH_SUBPROTOCOL in (websocket.scope.get("subprotocols") or ())
         await Connection(websocket, session, stages, drain=ctx.service(drain_of),
-                         limits=(ctx.service(limiter_of), key)).run()
+                         limits=(ctx.service(limiter_of), key), batch=batch).run()
     finally:
         metrics.session_closed()
 

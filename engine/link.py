@@ -1,0 +1,307 @@
+"""``LinkEngine``: the :class:`~engine.interface.Engine` interface over tokenwire's own session
+protocol, many requests on one WebSocket (``--engine-url ws://HOST:PORT``). No torch.
+
+Where :class:`engine.remote.RemoteEngine` opens one HTTP stream per request and reads one SSE
+event per request per engine step, a link carries every request as a ``generate`` frame on one
+``/v1/session`` socket (docs/protocol.md §4.3), offered with the ``tokenwire.batch`` subprotocol,
+so the engine sends all of a step's ``generate.delta`` frames for this socket as one ``batch``
+message (§6). The front end then reads one message per engine step, not one per request per
+step: what vLLM's API server gets from its engine core, on tokenwire's documented wire.
+
+- **Links.** A link holds at most the ``max_in_flight`` its session announces; more requests open
+  more links (``max_links`` at most; past that, new requests wait for room). A link that fails
+  ends each of its requests with :class:`EngineUnavailable`; the next request opens a new one.
+- **Outputs.** Each request's outputs go into its own bounded :class:`engine.outbox.Outbox`, so a
+  consumer that falls behind reads the steps that piled up as one output. A choice's last delta
+  is held until ``generate.done`` (the same batch) brings the usage, so the last output has
+  ``finished=True`` and the usage, as with the HTTP engine.
+- **Aborts.** Leaving a request early sends ``cancel``; :meth:`abort` cancels by request id.
+- **Errors** are :mod:`engine.errors` values, translated from the engine's ``error`` frames by
+  status (400 → :class:`InvalidGenerateRequest` with the engine's message, 429 / 503 →
+  :class:`EngineOverloaded`, ``shutting_down`` → :class:`EngineShutDown`, else unavailable), never
+  with the engine's address (logged instead).
+
+The engine end is any tokenwire server that enables ``generate`` frames (``serve --tokens-only``,
+``serve --enable-scale-out``); vLLM's HTTP API stays available through ``http://`` URLs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import secrets
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
+
+import orjson
+from pydantic import TypeAdapter, ValidationError
+
+from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineUnavailable, InvalidGenerateRequest
+from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
+from engine.outbox import Outbox
+from engine.protocol import GenerateRequest, TokenLogprob, UsageInfo
+
+log = logging.getLogger("tokenwire.link")
+
+SESSION_PATH = "/v1/session"
+SUBPROTOCOLS = ("tokenwire.v1", "tokenwire.batch")
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+_LOGPROBS = TypeAdapter(list[TokenLogprob])
+
+
+class LinkEngine(Engine):
+    def __init__(self, url: str, *, model_name: str, max_model_len: int, connect_timeout: float = 5.0,
+                 max_links: int = 64) -> None:
+        self.url = url.rstrip("/")
+        self.model_name = model_name
+        self.max_model_len = max_model_len
+        self.connect_timeout = connect_timeout
+        self.max_links = max_links
+        self._links: list[_Link] = []
+        self._opening: asyncio.Lock | None = None
+        self._room = asyncio.Event()  # set when a request ends (a full pool may have room again)
+        self._closing = False
+
+    # --- lifecycle -------------------------------------------------------------------------
+    async def start(self) -> None:
+        try:
+            await self._link()
+        except EngineError as exc:
+            log.warning("engine link %s is not up yet: %s", self.url, exc.message)
+
+    async def close(self) -> None:
+        self._closing = True
+        links, self._links = self._links, []
+        for link in links:
+            await link.close(EngineShutDown("The server is shutting down; retry the request (on another replica)."))
+
+    # --- the Engine interface --------------------------------------------------------------
+    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        return self._generate(request)
+
+    async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        link = await self._link()
+        call = link.start(request)
+        finished = False
+        try:
+            await link.send(call.frame)
+            while True:
+                out = await call.outbox.get()
+                finished = out.finished
+                yield out
+                if finished:
+                    return
+        finally:
+            link.forget(call)
+            self._room.set()
+            if not finished and not link.closed:
+                await link.cancel(call.id)
+
+    async def abort(self, request_ids: Sequence[str]) -> None:
+        wanted = set(request_ids)
+        for link in list(self._links):
+            for call in list(link.calls.values()):
+                if call.request_id in wanted:  # the engine's generate.done (cancelled) ends the call
+                    await link.cancel(call.id)
+
+    async def health(self) -> EngineHealth:
+        stats = {"url": self.url, "links": len(self._links), "in_flight": self.live_sequences()}
+        try:
+            await self._link()
+        except EngineError as exc:
+            return EngineHealth(ok=False, detail=exc.message, stats=stats)
+        return EngineHealth(ok=True, stats=stats)
+
+    def live_sequences(self) -> int:
+        return sum(len(link.calls) for link in self._links)
+
+    # --- links -------------------------------------------------------------------------------
+    async def _link(self) -> _Link:
+        """A link with room for one more request: an open one, or a new one."""
+        while True:
+            if self._closing:
+                raise EngineShutDown("The server is shutting down; retry the request (on another replica).")
+            self._links = [link for link in self._links if not link.closed]
+            for link in self._links:
+                if link.has_room:
+                    return link
+            if len(self._links) < self.max_links:
+                if self._opening is None:
+                    self._opening = asyncio.Lock()
+                async with self._opening:
+                    if any(link.has_room for link in self._links if not link.closed):
+                        continue
+                    link = await _Link.open(self.url, self.connect_timeout)
+                    self._links.append(link)
+                    return link
+            self._room.clear()
+            await self._room.wait()
+
+
+class _Call:
+    """One request in flight on a link."""
+
+    __slots__ = ("completion", "done_choices", "frame", "held", "id", "n", "outbox", "prompt_tokens",
+                 "request_id")
+
+    def __init__(self, call_id: str, request: GenerateRequest) -> None:
+        self.id = call_id
+        self.request_id = request.request_id or secrets.token_hex(8)
+        body = request.to_wire()
+        body["request_id"] = self.request_id
+        self.frame = orjson.dumps({"type": "generate", "id": call_id, "body": body}).decode()
+        self.n = request.sampling_params.n
+        self.prompt_tokens = len(request.token_ids)
+        self.outbox = Outbox()
+        self.done_choices: set[int] = set()
+        self.held: EngineOutput | None = None  # the output that finished every choice, until done
+        self.completion = 0
+
+    def delta(self, chunk: dict[str, Any]) -> None:
+        choices = []
+        for c in chunk.get("choices") or ():
+            ids = c.get("token_ids") or []
+            lp = c.get("logprobs")
+            logprobs = _LOGPROBS.validate_python(lp.get("content") or []) if lp else None
+            reason = c.get("finish_reason")
+            choices.append(ChoiceDelta(c.get("index", 0), ids, logprobs, reason, c.get("stop_reason")))
+            self.completion += len(ids)
+            if reason is not None:
+                self.done_choices.add(c.get("index", 0))
+        out = EngineOutput(self.request_id, choices)
+        if len(self.done_choices) >= self.n:
+            if self.held is None:
+                self.held = out
+            else:
+                self.held.choices += choices
+            return
+        self.outbox.push(out)
+
+    def done(self, frame: dict[str, Any]) -> None:
+        usage = frame.get("usage")
+        out = self.held or EngineOutput(self.request_id, [])
+        out.finished = True
+        out.usage = UsageInfo.model_validate(usage) if usage else UsageInfo.of(self.prompt_tokens, self.completion)
+        self.outbox.push(out)
+
+
+class _Link:
+    """One ``/v1/session`` socket and the requests it carries."""
+
+    def __init__(self, ws: Any, url: str, max_in_flight: int) -> None:
+        self.ws = ws
+        self.url = url
+        self.max_in_flight = max_in_flight
+        self.calls: dict[str, _Call] = {}
+        self.closed = False
+        self._next = 0
+        self._reader = asyncio.get_running_loop().create_task(self._read(), name=f"engine link {url}")
+
+    @classmethod
+    async def open(cls, url: str, timeout: float) -> _Link:
+        from websockets.asyncio.client import connect
+        from websockets.exceptions import WebSocketException
+
+        try:
+            ws = await asyncio.wait_for(connect(url + SESSION_PATH, subprotocols=list(SUBPROTOCOLS),  # type: ignore[arg-type]
+                                                max_size=MAX_MESSAGE_BYTES, open_timeout=timeout,
+                                                compression=None, ping_interval=20, ping_timeout=20),
+                                        timeout)
+        except (OSError, TimeoutError, WebSocketException) as exc:
+            log.warning("engine link %s: cannot connect: %s", url, type(exc).__name__)
+            raise EngineUnavailable("Cannot reach the remote engine (connection failed).") from None
+        try:
+            created = orjson.loads(await asyncio.wait_for(ws.recv(), timeout))
+        except (OSError, TimeoutError, WebSocketException, orjson.JSONDecodeError):
+            await ws.close()
+            raise EngineUnavailable("The remote engine did not open a session.") from None
+        if not isinstance(created, dict) or created.get("type") != "session.created":
+            await ws.close()
+            raise EngineUnavailable("The remote engine did not open a session.")
+        if "generate" not in (created.get("frames") or ()):
+            await ws.close()
+            log.warning("engine link %s: the server does not enable generate frames", url)
+            raise EngineUnavailable("The remote engine does not serve generate frames (start it with "
+                                    "`tokenwire serve --tokens-only`).")
+        limit = (created.get("limits") or {}).get("max_in_flight")
+        return cls(ws, url, limit if isinstance(limit, int) and limit > 0 else 1)
+
+    @property
+    def has_room(self) -> bool:
+        return not self.closed and len(self.calls) < self.max_in_flight
+
+    def start(self, request: GenerateRequest) -> _Call:
+        self._next += 1
+        call = self.calls[str(self._next)] = _Call(str(self._next), request)
+        return call
+
+    def forget(self, call: _Call) -> None:
+        self.calls.pop(call.id, None)
+
+    async def send(self, text: str) -> None:
+        from websockets.exceptions import WebSocketException
+
+        try:
+            await self.ws.send(text)
+        except (OSError, WebSocketException):
+            await self.close(EngineUnavailable("The connection to the remote engine was lost."))
+            raise EngineUnavailable("The connection to the remote engine was lost.") from None
+
+    async def cancel(self, call_id: str) -> None:
+        with contextlib.suppress(EngineError):
+            await asyncio.shield(self.send(orjson.dumps({"type": "cancel", "id": call_id}).decode()))
+
+    async def close(self, error: EngineError) -> None:
+        if not self.closed:
+            self.closed = True
+            self._reader.cancel()
+            self._fail_all(error)
+            with contextlib.suppress(Exception):
+                await self.ws.close()
+
+    def _fail_all(self, error: EngineError) -> None:
+        for call in self.calls.values():
+            call.outbox.push(error)
+
+    async def _read(self) -> None:
+        from websockets.exceptions import WebSocketException
+
+        try:
+            async for message in self.ws:
+                frame = orjson.loads(message)
+                if frame.get("type") == "batch":
+                    for inner in frame.get("frames") or ():
+                        self._dispatch(inner)
+                else:
+                    self._dispatch(frame)
+        except (OSError, WebSocketException, orjson.JSONDecodeError, ValidationError, AttributeError,
+                TypeError, KeyError):
+            log.warning("engine link %s failed", self.url, exc_info=True)
+        self.closed = True
+        self._fail_all(EngineUnavailable("The connection to the remote engine was lost."))
+
+    def _dispatch(self, frame: dict[str, Any]) -> None:
+        call = self.calls.get(frame.get("id"))  # type: ignore[arg-type]
+        if call is None:
+            return  # a late frame of a request that was left (its cancel crossed it)
+        kind = frame["type"]
+        if kind == "generate.delta":
+            call.delta(frame["chunk"])
+        elif kind == "generate.done":
+            call.done(frame)
+        elif kind == "error":
+            call.outbox.push(_engine_error(frame.get("error") or {}))
+
+
+def _engine_error(info: dict[str, Any]) -> EngineError:
+    status, code, message = info.get("status"), info.get("code"), str(info.get("message") or "")[:500]
+    if code == "shutting_down":
+        return EngineShutDown(message or "The engine is shutting down; retry the request.")
+    if status in (400, 422):
+        return InvalidGenerateRequest(message or "The remote engine rejected the request.", param=info.get("param"))
+    if status in (429, 503):
+        return EngineOverloaded(message or "The remote engine is overloaded; retry later.")
+    log.warning("engine link: the engine failed a request: %s %s", code, message)
+    return EngineUnavailable(f"The remote engine failed{': ' + message if message else ''}.")
