@@ -1,35 +1,95 @@
-"""The ``tokenwire`` command line.
+"""The ``tokenwire`` command line (``tokenwire --help`` prints :data:`DESCRIPTION`).
 
-::
-
-    tokenwire serve [MODEL] [--tokens-only] [options]   full server (or the tokens-only engine)
-    tokenwire launch render MODEL [--engine-url URL]     render + derender, no torch
-    tokenwire assets [--only NAME ...]                  build the offline model assets
-
-Configuration errors (a missing model directory, invalid gating) print one line and exit 2.
+Every configuration error (a bad flag value, a port in use, a missing model directory, invalid
+gating) prints one line and exits 2, and the flags and the port are checked before anything slow
+(the model, the tokenizer) loads.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import math
 import os
+import socket
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import NoReturn
 
 from server.settings import Mode, Settings
 
 EXIT_USAGE = 2
 
+DESCRIPTION = """\
+tokenwire: a WebSocket streaming-first LLM session server (render -> generate -> derender).
+
+commands:
+  tokenwire serve [MODEL] [--tokens-only] [options]   the full server (or the tokens-only engine)
+  tokenwire launch render MODEL [--engine-url URL]     render + derender only, no torch
+  tokenwire assets [--only NAME ...]                  build the offline model assets
+
+`tokenwire COMMAND --help` documents every flag of a command. A configuration error prints one
+line and exits with status 2."""
+
+ENVIRONMENT = """\
+environment:
+  TOKENWIRE_API_KEY                     an API key to require (as --api-key)
+  TOKENWIRE_STATE_SECRET                the derender state secret (as --state-secret)
+  TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS  0 or 1 (alias VLLM_ENABLE_SCALE_OUT_ENDPOINTS; 1 as --enable-scale-out)
+  TOKENWIRE_CACHE_DIR                   where the offline model assets are built (default ~/.cache/tokenwire)"""
+
+ENGINE_ENVIRONMENT = """
+  TOKENWIRE_NUM_THREADS                 torch threads of the local engine (default: OMP_NUM_THREADS,
+                                        else every CPU this process may run on)"""
+
+NUM_THREADS_ENV = "TOKENWIRE_NUM_THREADS"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``tokenwire serve: error: argument --port: ...`` and exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def _int_in(low: int, high: int | None = None, what: str = "") -> Callable[[str], int]:
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < low or (high is not None and value > high):
+            bound = f"{low} to {high}" if high is not None else f"{low} or more"
+            raise argparse.ArgumentTypeError(f"{value} is out of range ({bound}{what})")
+        return value
+
+    return parse
+
+
+def _number(low: float, *, strict: bool = False, what: str = "") -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if not math.isfinite(value):
+            raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+        if value < low or (strict and value == low):
+            bound = f"more than {low:g}" if strict else f"{low:g} or more"
+            raise argparse.ArgumentTypeError(f"{text} is out of range ({bound}{what})")
+        return value
+
+    return parse
+
 
 def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
     p.add_argument("--host", default="127.0.0.1", help="interface to bind (default 127.0.0.1)")
-    p.add_argument("--port", type=int, default=8000,
+    p.add_argument("--port", type=_int_in(0, 65535, "; 0 picks a free port"), default=8000,
                    help="port to bind (default 8000; 0 picks a free port and prints it)")
     p.add_argument("--served-model-name", default=None,
                    help="model name clients use (default: the model directory's name)")
-    p.add_argument("--max-model-len", type=int, default=None,
+    p.add_argument("--max-model-len", type=_int_in(1), default=None,
                    help="context length (default: from the model's config)")
     p.add_argument("--chat-template", default=None,
                    help="a Jinja chat template file (or template text) to use instead of the model's")
@@ -50,34 +110,34 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                         "engine step: the cheaper link)"
                    if render else "URL of a remote tokens-only engine to use instead of the local one "
                         "(http:// for vLLM's HTTP API, ws:// for a tokenwire engine's multiplexed link)")
-    p.add_argument("--engine-timeout", type=float, default=300.0,
+    p.add_argument("--engine-timeout", type=_number(0, strict=True), default=300.0,
                    help="seconds a remote engine (--engine-url) may go without answering before the request "
                         "fails with 504 (default 300)")
     p.add_argument("--enable-scale-out", action="store_true",
                    help="expose the scale-out endpoints (same as TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS=1)")
     p.add_argument("--allowed-origin", action="append", default=None,
                    help="allow WebSocket connections from this Origin (repeatable; default: same host)")
-    p.add_argument("--ws-max-frame-bytes", type=int, default=16 * 1024 * 1024,
+    p.add_argument("--ws-max-frame-bytes", type=_int_in(1), default=16 * 1024 * 1024,
                    help="largest WebSocket message accepted, in bytes (default 16 MiB; larger closes 1009)")
-    p.add_argument("--ws-max-in-flight", type=int, default=64,
+    p.add_argument("--ws-max-in-flight", type=_int_in(1), default=64,
                    help="requests in flight per WebSocket session (default 64)")
-    p.add_argument("--ws-idle-timeout", type=float, default=300.0,
+    p.add_argument("--ws-idle-timeout", type=_number(0, strict=True), default=300.0,
                    help="close a WebSocket session idle this many seconds (default 300; ping frames count)")
-    p.add_argument("--ws-max-lifetime", type=float, default=24 * 3600.0,
+    p.add_argument("--ws-max-lifetime", type=_number(0, strict=True), default=24 * 3600.0,
                    help="close a WebSocket session after this many seconds (default 86400)")
     p.add_argument("--ws-per-message-deflate", action="store_true",
                    help="offer permessage-deflate on WebSocket sessions (default off)")
-    p.add_argument("--socket-send-buffer", type=int, default=128 * 1024,
+    p.add_argument("--socket-send-buffer", type=_int_in(0), default=128 * 1024,
                    help="kernel send buffer per connection in bytes (default 128 KiB; 0: kernel autotuning, "
                         "which lets a slow reader's stale deltas pile up in megabytes of socket buffer)")
-    p.add_argument("--rate-limit", type=float, default=0,
+    p.add_argument("--rate-limit", type=_number(0), default=0,
                    help="requests per minute per client (API key, else address), HTTP and WebSocket request "
                         "frames together; past it 429 / error frame rate_limited (default 0: off)")
-    p.add_argument("--max-concurrent-requests", type=int, default=0,
+    p.add_argument("--max-concurrent-requests", type=_int_in(0), default=0,
                    help="requests in flight per client (default 0: off)")
-    p.add_argument("--body-timeout", type=float, default=60.0,
+    p.add_argument("--body-timeout", type=_number(0), default=60.0,
                    help="seconds a request body may take to arrive before 408 (default 60; 0: off)")
-    p.add_argument("--shutdown-timeout", type=float, default=20.0,
+    p.add_argument("--shutdown-timeout", type=_number(0), default=20.0,
                    help="on SIGTERM, seconds to let requests in flight finish before ending them with a "
                         "'shutting down' error (default 20; new connections are refused at once)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
@@ -85,19 +145,20 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
     if not render:
         p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32", "float16"],
                        help="weights dtype for the local engine (auto: bf16 when the CPU supports it)")
-        p.add_argument("--max-num-seqs", type=int, default=32, help="max running sequences (default 32)")
-        p.add_argument("--max-num-batched-tokens", type=int, default=2048,
+        p.add_argument("--max-num-seqs", type=_int_in(1), default=32, help="max running sequences (default 32)")
+        p.add_argument("--max-num-batched-tokens", type=_int_in(1), default=2048,
                        help="max tokens in one engine step, prefill included (default 2048)")
-        p.add_argument("--max-waiting", type=int, default=256,
+        p.add_argument("--max-waiting", type=_int_in(0), default=256,
                        help="max queued requests before answering 503 overloaded (default 256)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="tokenwire", description=__doc__,
-                                     formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = parser.add_subparsers(dest="command", required=True)
+    raw = argparse.RawDescriptionHelpFormatter
+    parser = _Parser(prog="tokenwire", description=DESCRIPTION, formatter_class=raw)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="{serve,launch,assets}")
 
-    serve = sub.add_parser("serve", help="serve a model: OpenAI / Anthropic endpoints and WebSocket sessions")
+    serve = sub.add_parser("serve", help="serve a model: OpenAI / Anthropic endpoints and WebSocket sessions",
+                           epilog=ENVIRONMENT + ENGINE_ENVIRONMENT, formatter_class=raw)
     serve.add_argument("model", nargs="?", default=None,
                        help="local Hugging Face model directory (default: the embedded SmolLM2-135M-Instruct)")
     serve.add_argument("--tokens-only", action="store_true",
@@ -106,7 +167,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     launch = sub.add_parser("launch", help="launch a dedicated tier")
     launch_sub = launch.add_subparsers(dest="tier", required=True)
-    render = launch_sub.add_parser("render", help="render + derender only (no torch)")
+    render = launch_sub.add_parser("render", help="render + derender only (no torch)", epilog=ENVIRONMENT,
+                                   formatter_class=raw)
     render.add_argument("model", help="local Hugging Face model directory (tokenizer and chat template)")
     _add_server_flags(render, render=True)
 
@@ -140,16 +202,6 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             template = path.read_text()
         except OSError as exc:
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
-    if args.socket_send_buffer < 0:
-        raise ValueError("--socket-send-buffer must be 0 (kernel autotuning) or a number of bytes")
-    if args.rate_limit < 0 or args.max_concurrent_requests < 0 or args.body_timeout < 0:
-        raise ValueError("--rate-limit, --max-concurrent-requests and --body-timeout must be 0 (off) or more")
-    if args.shutdown_timeout < 0:
-        raise ValueError("--shutdown-timeout must be 0 or more seconds")
-    if args.engine_timeout <= 0:
-        raise ValueError("--engine-timeout must be a positive number of seconds")
-    if args.enable_auto_tool_choice and not args.tool_call_parser:
-        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
     keys = tuple(args.api_key or ()) or tuple(k for k in [environ.get("TOKENWIRE_API_KEY")] if k)
     secret = args.state_secret or environ.get("TOKENWIRE_STATE_SECRET")
     extra = {}
@@ -200,7 +252,30 @@ def keep_torch_out() -> None:
         sys.modules["torch"] = None  # type: ignore[assignment]
 
 
+def quiet_transformers() -> None:
+    """transformers' import-time advice (``[transformers] PyTorch was not found…`` under ``launch
+    render``, where torch is deliberately kept out) is noise to an operator: off in tokenwire's own
+    processes unless the environment sets it."""
+    os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+
+
+def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> socket.socket:
+    """The checks that need no model, done before any is loaded: the rules between flags, the
+    environment, and the port (bound here, listened on once the server is ready)."""
+    if args.enable_auto_tool_choice and not args.tool_call_parser:
+        raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
+    if args.command == "serve" and args.tokens_only and args.engine_url:
+        raise ValueError("--engine-url cannot be combined with --tokens-only")
+    threads = environ.get(NUM_THREADS_ENV, "")
+    if args.command == "serve" and threads and not (threads.isdigit() and int(threads) > 0):
+        raise ValueError(f"{NUM_THREADS_ENV}={threads!r} is not a positive whole number of threads")
+    from server.listener import bind
+
+    return bind(args.host, args.port, send_buffer=args.socket_send_buffer)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    quiet_transformers()
     args = build_parser().parse_args(argv)
     if args.command == "launch":
         keep_torch_out()
@@ -213,19 +288,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     from server.context import ModelLoadError
     from server.gating import GatingError, decide
 
+    sock: socket.socket | None = None
     try:
+        sock = check_before_loading(args, environ)
+        mode = Mode.RENDER if args.command == "launch" else Mode.TOKENS_ONLY if args.tokens_only else Mode.SERVE
+        gating = decide(mode, environ, enable_scale_out=args.enable_scale_out,
+                        has_engine_url=bool(args.engine_url))
         settings = settings_from_args(args, environ)
-        gating = decide(settings.mode, environ, enable_scale_out=settings.enable_scale_out,
-                        has_engine_url=bool(settings.engine_url))
-        if settings.mode is Mode.TOKENS_ONLY and settings.engine_url:
-            raise ValueError("--engine-url cannot be combined with --tokens-only")
         from server.runner import run
 
-        return run(settings, gating)
+        return run(settings, gating, sock)
     except (GatingError, ModelLoadError, ValueError) as exc:
         return _fail(str(exc))
     except KeyboardInterrupt:
         return 0
+    finally:
+        if sock is not None:
+            sock.close()
 
 
 if __name__ == "__main__":

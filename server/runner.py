@@ -1,4 +1,6 @@
-"""Run the app under uvicorn on a socket we bind ourselves (so ``--port 0`` can print the port)."""
+"""Run the app under uvicorn on a socket we bind ourselves (so ``--port 0`` can print the port).
+
+The CLI binds it before the model loads (``server/listener.py``), so a port in use fails at once."""
 
 from __future__ import annotations
 
@@ -10,26 +12,11 @@ import uvicorn
 from server.app import create_app
 from server.context import build_context
 from server.gating import Gating
+from server.listener import bind, listen
 from server.settings import Settings
 from server.shutdown import GracefulServer
 
 log = logging.getLogger("tokenwire")
-
-
-def bind(host: str, port: int, *, send_buffer: int = 0) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    if send_buffer:  # accepted connections inherit it (Linux, BSD)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ValueError(f"cannot bind {host}:{port}: {exc.strerror}") from None
-    sock.listen(2048)
-    sock.set_inheritable(True)
-    return sock
 
 
 def quiet_client_utf8_errors(record: logging.LogRecord) -> bool:
@@ -41,10 +28,13 @@ def quiet_client_utf8_errors(record: logging.LogRecord) -> bool:
     return True
 
 
-def run(settings: Settings, gating: Gating) -> int:
+def run(settings: Settings, gating: Gating, sock: socket.socket | None = None) -> int:
+    """Serve until stopped. ``sock``: the socket the CLI bound before loading anything (else bound here)."""
+    if sock is None:
+        sock = bind(settings.host, settings.port, send_buffer=settings.socket_send_buffer)
     ctx = build_context(settings, gating)
     app = create_app(ctx)
-    sock = bind(settings.host, settings.port, send_buffer=settings.socket_send_buffer)
+    listen(sock)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
     app.state.listen_url = f"http://{url_host}:{port}"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import httpx
@@ -29,6 +30,10 @@ sys.meta_path.insert(0, _BrokenTorch())
 """
 
 
+# Makes any import of torch or transformers fail: a check that runs before the model loads needs neither.
+NO_MODEL_LIBS = "import sys\nsys.modules['torch'] = None\nsys.modules['transformers'] = None\n"
+
+
 def _flags(*path: str) -> set[str]:
     parser = build_parser()
     for name in path:
@@ -48,6 +53,83 @@ def test_help_documents_every_flag(command: list[str]) -> None:
                      "--tool-call-parser", "--reasoning-parser", "--enable-auto-tool-choice", "--api-key",
                      "--state-secret", "--engine-url", "--enable-scale-out", "--log-level"):
         assert required in text
+
+
+def test_top_level_help_is_plain_text_with_every_command() -> None:
+    done = run_cli(["--help"])
+    assert done.returncode == 0
+    assert "``" not in done.stdout  # no reStructuredText markup
+    assert not any(line.strip() == "::" for line in done.stdout.splitlines())
+    for command in ("tokenwire serve", "tokenwire launch render", "tokenwire assets"):
+        assert command in done.stdout
+
+
+@pytest.mark.parametrize("command", [["serve"], ["launch", "render"]])
+def test_help_lists_the_environment_variables(command: list[str]) -> None:
+    text = run_cli([*command, "--help"]).stdout
+    for name in ("TOKENWIRE_API_KEY", "TOKENWIRE_STATE_SECRET", "TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS",
+                 "TOKENWIRE_CACHE_DIR"):
+        assert name in text
+    assert ("TOKENWIRE_NUM_THREADS" in text) == (command == ["serve"])  # threads of the local engine
+
+
+BAD_FLAGS = [
+    (["--port", "99999"], "argument --port: 99999 is out of range (0 to 65535; 0 picks a free port)"),
+    (["--port", "-1"], "argument --port: -1 is out of range (0 to 65535; 0 picks a free port)"),
+    (["--port", "http"], "argument --port: 'http' is not a whole number"),
+    (["--max-model-len", "-5"], "argument --max-model-len: -5 is out of range (1 or more)"),
+    (["--max-num-seqs", "0"], "argument --max-num-seqs: 0 is out of range (1 or more)"),
+    (["--max-num-batched-tokens", "0"], "argument --max-num-batched-tokens: 0 is out of range (1 or more)"),
+    (["--ws-max-in-flight", "0"], "argument --ws-max-in-flight: 0 is out of range (1 or more)"),
+    (["--ws-idle-timeout", "0"], "argument --ws-idle-timeout: 0 is out of range (more than 0)"),
+    (["--engine-timeout", "nan"], "argument --engine-timeout: 'nan' is not a finite number"),
+    (["--rate-limit", "-1"], "argument --rate-limit: -1 is out of range (0 or more)"),
+]
+
+
+@pytest.mark.parametrize(("flags", "message"), BAD_FLAGS, ids=[" ".join(f) for f, _ in BAD_FLAGS])
+def test_a_bad_flag_value_is_one_line_and_exit_2_before_any_model_loads(flags: list[str], message: str) -> None:
+    # The default model with torch and transformers unimportable: reaching the model would fail otherwise.
+    done = run_cli(["serve", *flags], preamble=NO_MODEL_LIBS)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr == f"tokenwire serve: error: {message} (see tokenwire serve --help)\n"
+
+
+def test_a_bad_flag_is_reported_before_a_missing_model_directory(tmp_path: Path) -> None:
+    done = run_cli(["launch", "render", str(tmp_path / "nope"), "--max-model-len", "0"])
+    assert done.returncode == 2
+    assert done.stderr.strip() == ("tokenwire launch render: error: argument --max-model-len: 0 is out of range "
+                                   "(1 or more) (see tokenwire launch render --help)")
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        sock.listen()
+        yield sock.getsockname()[1]
+
+
+@pytest.mark.parametrize("command", [["serve"], ["launch", "render"]])
+def test_a_port_in_use_is_one_line_and_exit_2_before_any_model_loads(command: list[str], busy_port: int,
+                                                                      tmp_path: Path) -> None:
+    # A model directory that does not exist: the port must be checked first.
+    done = run_cli([*command, str(tmp_path / "nope"), "--port", str(busy_port)], preamble=NO_MODEL_LIBS)
+    assert done.returncode == 2
+    assert done.stderr == (f"tokenwire: error: cannot bind 127.0.0.1:{busy_port}: the port is in use "
+                           "(choose another --port, or 0 for a free one)\n")
+
+
+def test_a_port_in_use_is_reported_before_the_default_model_is_built(busy_port: int) -> None:
+    done = run_cli(["serve", "--port", str(busy_port)], preamble=NO_MODEL_LIBS)
+    assert done.returncode == 2
+    assert done.stderr.startswith(f"tokenwire: error: cannot bind 127.0.0.1:{busy_port}: the port is in use")
+
+
+def test_a_bad_thread_count_in_the_environment_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    done = run_cli(["serve", str(tmp_path / "nope")], env={"TOKENWIRE_NUM_THREADS": "two"}, preamble=NO_MODEL_LIBS)
+    assert done.returncode == 2
+    assert done.stderr == "tokenwire: error: TOKENWIRE_NUM_THREADS='two' is not a positive whole number of threads\n"
 
 
 @pytest.mark.parametrize("command", [["serve"], ["launch", "render"], ["serve", "--tokens-only"]])
@@ -81,6 +163,8 @@ def test_launch_render_serves_where_importing_torch_fails(asset: Callable[[str],
         assert httpx.get(srv.url + "/version").status_code == 200
         assert "/health" in httpx.get(srv.url + "/openapi.json").json()["paths"]
         assert "torch must not be imported" not in srv.output()
+        # transformers' import-time advice ("PyTorch was not found…") is not shown: torch is kept out on purpose
+        assert "[transformers]" not in srv.output() and "PyTorch" not in srv.output()
 
 
 @pytest.mark.slow
