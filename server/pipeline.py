@@ -15,16 +15,22 @@ Leaving a stream early (client gone, ``cancel``) closes the engine iterator, whi
 request at the engine and frees its memory.
 
 Resumable streams (WebSocket): with ``checkpoints=True`` every event carries a signed checkpoint
-of the derender state and the output token ids it covers. A stream resumed with that checkpoint and
-the output ids received so far re-renders the prompt, continues generation from prompt + output
-with the remaining budget (``extra_args.output_offset`` tells the engine how many output tokens
-came before, so seeded sampling continues identically), and derenders from the checkpoint.
+of the derender state and the output token ids it covers. The checkpoint holds the count and a
+digest of *all* output ids up to it (:class:`OutputDigest`), so a resume must send exactly the ids
+the stream produced: any altered, added or missing id is ``bad_state``. A stream resumed with that
+checkpoint and the output ids received so far re-renders the prompt, continues generation from
+prompt + output with the remaining budget (``extra_args.output_offset`` tells the engine how many
+output tokens came before, so seeded sampling continues identically), and derenders from the
+checkpoint.
 """
 
 from __future__ import annotations
 
+import array
 import asyncio
+import base64
 import contextlib
+import hashlib
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
 from dataclasses import dataclass, field
@@ -89,6 +95,26 @@ class _Prepared:
     include_usage: bool = False
     created: int = 0
     resume_events: dict[str, Any] | None = None  # Anthropic event state of a resumed messages stream
+    output_digest: OutputDigest | None = None  # of the output ids a resumed stream was given
+
+
+class OutputDigest:
+    """A running digest of a stream's output token ids, the same however the ids were split into
+    steps: each id as 8 little-endian bytes into SHA-256. A checkpoint carries the first 16 bytes
+    (22 base64url characters) under its signature, so the ids a resume sends are bound to it."""
+
+    __slots__ = ("_hash",)
+
+    def __init__(self, ids: Sequence[int] = ()) -> None:
+        self._hash = hashlib.sha256(b"tokenwire-output-ids|")
+        self.update(ids)
+
+    def update(self, ids: Sequence[int]) -> None:
+        if ids:
+            self._hash.update(array.array("Q", ids).tobytes())  # OverflowError past 2**64 - 1
+
+    def digest(self) -> str:
+        return base64.urlsafe_b64encode(self._hash.copy().digest()[:16]).rstrip(b"=").decode()
 
 
 class Pipeline:
@@ -240,7 +266,7 @@ class Pipeline:
         output = resume.get("output_token_ids")
         if not isinstance(rid, str) or not rid:
             raise InvalidRequest("resume.request_id must be the id of the interrupted stream", param="resume.request_id")
-        if not isinstance(output, list) or not all(isinstance(t, int) and t >= 0 for t in output):
+        if not isinstance(output, list) or not all(isinstance(t, int) and 0 <= t < 2**64 for t in output):
             raise InvalidRequest("resume.output_token_ids must be a list of token ids", param="resume.output_token_ids")
         req.request_id = rid
         d = prep.derenderers[0]
@@ -251,6 +277,12 @@ class Pipeline:
             raise StateError(f"resume.output_token_ids has {len(output)} ids but the checkpoint covers "
                              f"{count}; send the ids received up to that checkpoint.", reason="wrong_request",
                              param="resume")
+        digest = OutputDigest(output)
+        if decoded.body.get("h") != digest.digest():
+            raise StateError("resume.output_token_ids are not the ids the interrupted stream produced up to "
+                             "this checkpoint; send them exactly as its frames carried them.",
+                             reason="wrong_request", param="resume")
+        prep.output_digest = digest
         d.restore(0, snap)
         if prep.kind == "messages":
             events = decoded.body.get("a")
@@ -304,6 +336,7 @@ class PipelineStream:
         self.offsets = offsets
         self._runs: list[_EngineRun] = []
         self._anthropic: MessageStream | None = None
+        self._digest = prep.output_digest or OutputDigest()  # of the output ids so far (checkpoints)
 
     @property
     def request_id(self) -> str:
@@ -422,7 +455,9 @@ class PipelineStream:
             return None
         d = self.prep.derenderers[0]
         self.offsets[0] += len(ids)
-        body: dict[str, Any] = {"t": self.prep.created, "st": d.snapshot(index), "n": self.offsets[0]}
+        self._digest.update(ids)
+        body: dict[str, Any] = {"t": self.prep.created, "st": d.snapshot(index), "n": self.offsets[0],
+                                "h": self._digest.digest()}
         if events is not None:
             body["a"] = events
         return self.pipeline.codec.encode(self.pipeline._binding(self.prep, index), self.offsets[0], body)

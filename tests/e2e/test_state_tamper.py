@@ -175,7 +175,10 @@ def run_chat(ws: ClientConnection, rid: str, chat: dict[str, Any], **extra: Any)
                 return frames
 
 
-def test_a_tampered_resume_checkpoint_is_refused_and_the_real_one_resumes(engine_server: ServerProcess) -> None:
+def test_a_tampered_resume_checkpoint_is_refused_and_the_real_one_resumes(
+        engine_server: ServerProcess, tokenizer: Callable[[str], Any]) -> None:
+    tok = tokenizer("qwen3")
+    im_end, im_start = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|im_start|>")
     ws = open_session(engine_server.ws_url)
     try:
         frames = run_chat(ws, "c", CHAT, resumable=True)
@@ -188,6 +191,11 @@ def test_a_tampered_resume_checkpoint_is_refused_and_the_real_one_resumes(engine
         cases = [
             ({**resume, "checkpoint": _flip(resume["checkpoint"], 25)}, CHAT, "bad_signature"),
             ({**resume, "output_token_ids": ids[:-1]}, CHAT, "wrong_request"),
+            # as many ids as the checkpoint covers, but not the ones the stream produced: one id
+            # changed, and special tokens put into the model's context (the checkpoint used to
+            # check only how many ids were sent)
+            ({**resume, "output_token_ids": [*ids[:-1], ids[-1] + 1]}, CHAT, "wrong_request"),
+            ({**resume, "output_token_ids": [*ids[:-2], im_end, im_start]}, CHAT, "wrong_request"),
             ({**resume, "checkpoint": other_checkpoint}, CHAT, "wrong_request"),
             (resume, {**CHAT, "messages": [{"role": "user", "content": "Something else."}]}, "wrong_request"),
         ]
