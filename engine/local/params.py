@@ -143,21 +143,18 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
     if not 1 <= sp.n <= limits.max_n:
         raise _bad(f"sampling_params.n must be between 1 and {limits.max_n}, got {sp.n}.", "sampling_params.n")
 
+    # max_tokens is an upper bound, as in vLLM 0.32: the output gets at most the room the prompt
+    # leaves (vLLM's engine ends such a request with "length" at the context length).
     room = max_len - len(prompt)
-    if sp.max_tokens is None:
-        max_tokens = room
-    else:
-        max_tokens = sp.max_tokens
-        if max_tokens < 1:
-            raise _bad(f"sampling_params.max_tokens must be at least 1, got {max_tokens}.",
-                       "sampling_params.max_tokens")
-        if max_tokens > room:
-            raise _bad(f"sampling_params.max_tokens is too large: {max_tokens}. This model's maximum context "
-                       f"length is {max_len} tokens and the prompt has {len(prompt)} tokens "
-                       f"({max_tokens} > {max_len} - {len(prompt)}).", "sampling_params.max_tokens")
-    if not 0 <= sp.min_tokens <= max_tokens:
-        raise _bad(f"sampling_params.min_tokens must be between 0 and max_tokens ({max_tokens}), "
+    requested = room if sp.max_tokens is None else sp.max_tokens
+    if requested < 1:
+        raise _bad(f"sampling_params.max_tokens must be at least 1, got {requested}.",
+                   "sampling_params.max_tokens")
+    if not 0 <= sp.min_tokens <= requested:
+        raise _bad(f"sampling_params.min_tokens must be between 0 and max_tokens ({requested}), "
                    f"got {sp.min_tokens}.", "sampling_params.min_tokens")
+    max_tokens = min(requested, room)
+    min_tokens = min(sp.min_tokens, max_tokens)
 
     if sp.logprobs is not None and not 0 <= sp.logprobs <= limits.max_logprobs:
         raise _bad(f"sampling_params.logprobs must be between 0 and {limits.max_logprobs}, got {sp.logprobs}.",
@@ -212,7 +209,7 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
         min_p=float(sp.min_p),
         seed=sp.seed,
         max_tokens=max_tokens,
-        min_tokens=sp.min_tokens,
+        min_tokens=min_tokens,
         ignore_eos=sp.ignore_eos,
         eos_token_id=None if sp.ignore_eos else eos,
         stop_ids=frozenset(stop_ids),

@@ -16,6 +16,7 @@ schema); the assistant-token mask and token offsets when asked for.
 from __future__ import annotations
 
 import secrets
+from dataclasses import dataclass
 from typing import Any
 
 from engine.protocol import GenerateRequest, MultiModalFeatures, SamplingParams
@@ -39,6 +40,41 @@ AUTO_TOOL_CHOICE = '"auto" tool choice requires --enable-auto-tool-choice and --
 BEAM_SEARCH = "Beam search is not supported by the render endpoint"
 
 _TEMPLATE_CACHE_SIZE = 8
+
+
+@dataclass(frozen=True, slots=True)
+class _FieldNames:
+    """How the client's API names the fields render's errors talk about: an Anthropic request is
+    rendered as the OpenAI chat request it converts to, but its errors name its own fields."""
+
+    anthropic: bool = False
+
+    def max_tokens(self, req: ChatCompletionRequest) -> str:
+        if self.anthropic:
+            return "max_tokens"
+        return "max_completion_tokens" if req.max_completion_tokens is not None else "max_tokens"
+
+    def tool_schema(self, index: int) -> str:
+        return f"tools[{index}].input_schema" if self.anthropic else f"tools[{index}].function.parameters"
+
+    def forced_tool(self, choice: Any) -> str:
+        """The ``tool_choice`` that forces a call, as the schema error names it."""
+        if self.anthropic:
+            return self.tool_choice(choice)
+        return repr(choice.function.name) if isinstance(choice, NamedToolChoice) else "required"
+
+    def tool_choice(self, choice: Any) -> str:
+        if isinstance(choice, NamedToolChoice):
+            name = choice.function.name
+            return f'{{"type": "tool", "name": "{name}"}}' if self.anthropic else f'function "{name}"'
+        if self.anthropic:
+            kind = {"required": "any"}.get(str(choice), str(choice))
+            return f'{{"type": "{kind}"}}'
+        return f'"{choice}"'
+
+
+_OPENAI = _FieldNames()
+_ANTHROPIC = _FieldNames(anthropic=True)
 
 
 def new_request_id(prefix: str) -> str:
@@ -79,10 +115,13 @@ class Renderer:
             raise ModelNotFound(model)
 
     def render_chat(self, req: ChatCompletionRequest) -> GenerateRequest:
+        return self._render_chat(req, _OPENAI)
+
+    def _render_chat(self, req: ChatCompletionRequest, names: _FieldNames) -> GenerateRequest:
         self.check_model(req.model)
         if req.use_beam_search:
             raise RenderError(BEAM_SEARCH, param="use_beam_search")
-        self._check_tool_choice(req)
+        self._check_tool_choice(req, names)
         template = self._template_for(req)
         tools = tool_dicts_of(req.tools) if req.tools else None
         images: list[ImageRef] = []
@@ -120,14 +159,12 @@ class Renderer:
                 mask = expand_mask(mask, prepared.expanded_at)
         fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
                             truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
-                            offsets=offsets, param="messages",
-                            max_tokens_param="max_completion_tokens" if req.max_completion_tokens is not None
-                            else "max_tokens")
+                            offsets=offsets, param="messages", max_tokens_param=names.max_tokens(req))
         if features is not None and len(fitted.token_ids) != len(ids):
             raise RenderError(f"truncate_prompt_tokens={req.truncate_prompt_tokens} would cut a prompt of {len(ids)} "
                               "tokens that holds images (their placeholders must stay whole); raise it or send "
                               "fewer messages.", param="truncate_prompt_tokens")
-        params = self._chat_sampling(req, fitted.max_tokens)
+        params = self._chat_sampling(req, fitted.max_tokens, names)
         return self._generate_request(new_request_id("chatcmpl"), fitted, params, req, features)
 
     def render_completion(self, req: CompletionRequest) -> list[GenerateRequest]:
@@ -172,21 +209,22 @@ class Renderer:
         return out
 
     def render_messages(self, req: MessagesRequest) -> GenerateRequest:
-        """Anthropic messages: converted to an OpenAI chat request, then rendered as one."""
+        """Anthropic messages: converted to an OpenAI chat request, then rendered as one (its errors
+        name the Anthropic request's fields)."""
         self.check_model(req.model)
-        return self.render_chat(to_openai_chat(req))
+        return self._render_chat(to_openai_chat(req), _ANTHROPIC)
 
     # --- pieces ------------------------------------------------------------------------------
 
-    def _check_tool_choice(self, req: ChatCompletionRequest) -> None:
+    def _check_tool_choice(self, req: ChatCompletionRequest, names: _FieldNames) -> None:
         choice = req.tool_choice
         if choice is None or choice == "none":
             return
         if self.tool_call_parser is None:
             if choice == "auto":
                 raise RenderError(AUTO_TOOL_CHOICE, param="tool_choice")
-            desc = f'function "{choice.function.name}"' if isinstance(choice, NamedToolChoice) else f'"{choice}"'
-            raise RenderError(f"tool_choice={desc} requires --tool-call-parser to be set", param="tool_choice")
+            raise RenderError(f"tool_choice={names.tool_choice(choice)} requires --tool-call-parser to be set",
+                              param="tool_choice")
         if choice == "auto" and not self.enable_auto_tool_choice:
             raise RenderError(AUTO_TOOL_CHOICE, param="tool_choice")
 
@@ -247,7 +285,7 @@ class Renderer:
                     break
         return compiled
 
-    def _chat_sampling(self, req: ChatCompletionRequest, max_tokens: int) -> SamplingParams:
+    def _chat_sampling(self, req: ChatCompletionRequest, max_tokens: int, names: _FieldNames) -> SamplingParams:
         skip: bool | None = None
         structured: dict[str, Any] | None = None
         if self.tool_call_parser is not None and req.has_active_tools:
@@ -255,7 +293,7 @@ class Renderer:
             skip = False
             schema = _tool_choice_schema(req)
             if schema is not None:
-                _check_tool_schemas(req)
+                _check_tool_schemas(req, names)
                 structured = structured_outputs(json=schema)
         return req.to_sampling_params(max_tokens, skip_special_tokens=skip, structured_outputs=structured)
 
@@ -313,7 +351,7 @@ def _tool_choice_schema(req: ChatCompletionRequest) -> dict[str, Any] | None:
     return schema
 
 
-def _check_tool_schemas(req: ChatCompletionRequest) -> None:
+def _check_tool_schemas(req: ChatCompletionRequest, names: _FieldNames) -> None:
     """A forced tool call is constrained by the tools' parameter schemas: refuse (400, naming the
     keyword and the tool) a schema the engine could not enforce."""
     named = req.tool_choice.function.name if isinstance(req.tool_choice, NamedToolChoice) else None
@@ -322,6 +360,6 @@ def _check_tool_schemas(req: ChatCompletionRequest) -> None:
             continue
         bad = unsupported_schema_feature(tool.function.parameters or {})
         if bad is not None:
-            where = f"tools[{i}].function.parameters" + (f".{bad.field}" if bad.field else "")
-            raise RenderError(f"{where} {bad.message} (tool_choice={'required' if named is None else named!r} "
-                              "constrains the output to this schema).", param=f"tools[{i}].function.parameters")
+            where = names.tool_schema(i) + (f".{bad.field}" if bad.field else "")
+            raise RenderError(f"{where} {bad.message} (tool_choice={names.forced_tool(req.tool_choice)} "
+                              "constrains the output to this schema).", param=names.tool_schema(i))

@@ -113,7 +113,8 @@ def test_logprobs_in_json_are_vllm_integer_entries(client: TestClient) -> None:
 @pytest.mark.parametrize(("change", "param"), [
     ({"sampling_params": {"temperature": -1}}, "sampling_params.temperature"),
     ({"sampling_params": {"top_p": 0}}, "sampling_params.top_p"),
-    ({"sampling_params": {"max_tokens": 5000}}, "sampling_params.max_tokens"),
+    ({"sampling_params": {"max_tokens": 0}}, "sampling_params.max_tokens"),
+    ({"token_ids": list(range(1, 4097))}, "token_ids"),
     ({"token_ids": [1, 2, 999999]}, "token_ids"),
     ({"token_ids": []}, "token_ids"),
 ])
@@ -123,6 +124,18 @@ def test_bad_requests_are_400_naming_the_field(client: TestClient, change: dict[
     assert r.status_code == 400 and r.headers["content-type"] == "application/json"
     err = r.json()["error"]
     assert err["param"] == param and err["type"] == "BadRequestError" and err["code"] == 400
+
+
+@pytest.mark.parametrize("max_tokens", [5000, None])
+def test_max_tokens_past_the_context_generates_up_to_the_context_length(client: TestClient,
+                                                                        max_tokens: int | None) -> None:
+    # vLLM 0.32: max_tokens is an upper bound; the output ends with "length" at the context length
+    prompt = [(i * 7919) % 150_000 + 10 for i in range(4090)]
+    r = client.post(GENERATE, json=sample_request(token_ids=prompt, sampling_params={
+        "max_tokens": max_tokens, "ignore_eos": True, "logprobs": None}))
+    assert r.status_code == 200, r.text
+    (choice,) = r.json()["choices"]
+    assert len(choice["token_ids"]) == 6 and choice["finish_reason"] == "length"
 
 
 def test_unknown_model_is_404_like_vllm(client: TestClient) -> None:

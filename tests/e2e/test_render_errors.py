@@ -155,7 +155,21 @@ def test_a_prompt_too_long_is_400_with_the_lengths(client: httpx.Client) -> None
                                                "max_tokens": 4}), 400)
     assert err["message"].startswith("You passed ")
     assert ("input tokens and requested 4 output tokens. However, the model's context length is only 64 tokens, "
-            "resulting in a maximum input length of 60 tokens.") in err["message"]
+            "resulting in a maximum input length of 64 tokens.") in err["message"]
+
+
+@pytest.mark.parametrize(("path", "field"), [(CHAT, "max_tokens"), (CHAT, "max_completion_tokens"),
+                                             (COMPLETION, "max_tokens"), (MESSAGES, "max_tokens")])
+def test_max_tokens_past_the_room_left_is_clamped_as_vllm_0_32(client: httpx.Client, path: str, field: str) -> None:
+    body: dict[str, Any] = {field: 63}
+    if path == COMPLETION:
+        body["prompt"] = "hi there"
+    else:
+        body["messages"] = USER
+    r = client.post(path, json=body)
+    assert r.status_code == 200, r.text
+    (out,) = r.json() if path == COMPLETION else [r.json()]
+    assert out["sampling_params"]["max_tokens"] == 64 - len(out["token_ids"]) < 63
 
 
 def test_text_that_cannot_fit_is_400_before_tokenizing(client: httpx.Client) -> None:
@@ -175,10 +189,20 @@ def test_max_tokens_above_the_context_is_400(client: httpx.Client) -> None:
                               "Please request fewer output tokens.")
 
 
-def test_a_truncation_larger_than_the_input_room_is_400(client: httpx.Client) -> None:
-    err = openai_error(client.post(CHAT, json={"messages": USER, "max_tokens": 4, "truncate_prompt_tokens": 61}), 400)
-    assert err["message"] == ("truncate_prompt_tokens=61 cannot be greater than max_model_len - max_tokens = 60. "
-                              "Please request a smaller truncation size.")
+def test_an_anthropic_max_tokens_above_the_context_names_max_tokens(client: httpx.Client) -> None:
+    # issue 20 item 7: the converted chat request carries max_completion_tokens; the error must not say so
+    message = anthropic_error(client.post(MESSAGES, json={"messages": USER, "max_tokens": 99999999}), 400,
+                              "invalid_request_error")
+    assert message == ("`max_tokens` (99999999) is greater than the model's maximum context length (64 tokens). "
+                       "Please request fewer output tokens.")
+    err = openai_error(client.post(CHAT, json={"messages": USER, "max_completion_tokens": 65}), 400)
+    assert err["message"].startswith("`max_completion_tokens` (65) is greater") and err["param"] == "max_completion_tokens"
+
+
+def test_a_truncation_larger_than_the_context_is_400(client: httpx.Client) -> None:
+    err = openai_error(client.post(CHAT, json={"messages": USER, "max_tokens": 4, "truncate_prompt_tokens": 65}), 400)
+    assert err["message"] == ("truncate_prompt_tokens=65 cannot be greater than the model's maximum context length "
+                              "(64 tokens). Please request a smaller truncation size.")
 
 
 def test_truncation_to_zero_tokens_is_no_token_ids_rendered(client: httpx.Client) -> None:

@@ -82,6 +82,19 @@ def test_render_equals_the_vllm_sample_except_documented_fields(client: httpx.Cl
     assert all(i.startswith(prefix) and len(i) == len(prefix) + 16 for i in ids)
 
 
+@pytest.mark.parametrize("field", ["max_tokens", "max_completion_tokens"])
+@pytest.mark.parametrize("requested", [4076, 4090, 4096])
+def test_max_tokens_past_the_room_renders_as_vllm_fills_the_room(client: httpx.Client, field: str,
+                                                                 requested: int) -> None:
+    # vLLM 0.32 clamps a max_tokens the prompt leaves no room for to what is left (issue 20 item 3): the
+    # same answer as its sample without max_tokens, where it fills in max_model_len - prompt_len (4075)
+    sample = SAMPLES["chat_render_no_model"]
+    assert "max_tokens" not in sample["request"] and sample["response"]["sampling_params"]["max_tokens"] == 4075
+    r = client.post(sample["path"], json={**sample["request"], field: requested})
+    assert r.status_code == 200, r.text
+    assert without_documented(r.json()) == without_documented(sample["response"])
+
+
 def test_the_unknown_model_error_matches_vllm_but_for_the_alias_list(client: httpx.Client) -> None:
     sample = SAMPLES["err_wrong_model"]
     r = client.post(sample["path"], json=sample["request"])

@@ -30,7 +30,6 @@ def req(token_ids: list[int] | None = None, **params: Any) -> GenerateRequest:
     ({"n": 0}, "sampling_params.n"),
     ({"n": 5}, "sampling_params.n"),
     ({"max_tokens": 0}, "sampling_params.max_tokens"),
-    ({"max_tokens": 62}, "sampling_params.max_tokens"),
     ({"min_tokens": 20, "max_tokens": 10}, "sampling_params.min_tokens"),
     ({"logprobs": 21}, "sampling_params.logprobs"),
     ({"prompt_logprobs": 1}, "sampling_params.prompt_logprobs"),
@@ -64,10 +63,18 @@ def test_prompt_that_fills_the_context_is_refused() -> None:
     assert "64" in info.value.message
 
 
-def test_max_tokens_too_large_names_both_lengths() -> None:
-    with pytest.raises(InvalidGenerateRequest) as info:
-        resolve(req(max_tokens=100), LIMITS)
-    assert "100 > 64 - 3" in info.value.message
+def test_max_tokens_past_the_room_left_is_clamped_to_it() -> None:
+    # vLLM 0.32: max_tokens is an upper bound; the engine stops at the context length
+    for requested in (62, 100, 10_000):
+        _, p = resolve(req(max_tokens=requested), LIMITS)
+        assert p.max_tokens == 61
+    _, p = resolve(req(max_tokens=60), LIMITS)
+    assert p.max_tokens == 60
+
+
+def test_min_tokens_is_checked_against_the_request_and_clamped_with_max_tokens() -> None:
+    _, p = resolve(req(max_tokens=100, min_tokens=80), LIMITS)
+    assert (p.max_tokens, p.min_tokens) == (61, 61)
 
 
 def test_missing_max_tokens_means_the_rest_of_the_context() -> None:

@@ -150,3 +150,45 @@ def test_messages_render_checks_the_model(tokenizer: Any) -> None:
     r = Renderer(tokenizer("qwen3"), model_name="qwen3", max_model_len=4096)
     with pytest.raises(ModelNotFound):
         r.render_messages(messages(model="claude-nope"))
+
+
+# --- errors name the Anthropic request's fields (issue 20 item 7) ------------------------------
+
+
+def test_a_max_tokens_above_the_context_is_named_max_tokens(tokenizer: Any) -> None:
+    r = Renderer(tokenizer("qwen3"), model_name="qwen3", max_model_len=4096)
+    with pytest.raises(RenderError) as info:
+        r.render_messages(messages(max_tokens=99999999))
+    assert info.value.message == ("`max_tokens` (99999999) is greater than the model's maximum context length "
+                                  "(4096 tokens). Please request fewer output tokens.")
+    assert info.value.param == "max_tokens"
+
+
+def test_a_max_tokens_past_the_room_left_is_clamped(tokenizer: Any) -> None:
+    out = Renderer(tokenizer("qwen3"), model_name="qwen3", max_model_len=4096).render_messages(
+        messages(max_tokens=4090))
+    assert out.sampling_params.max_tokens == 4096 - len(out.token_ids)
+
+
+@pytest.mark.parametrize(("choice", "said"), [({"type": "any"}, '{"type": "any"}'),
+                                              ({"type": "tool", "name": "get_weather"},
+                                               '{"type": "tool", "name": "get_weather"}')])
+def test_a_forced_tool_choice_without_a_parser_names_the_anthropic_choice(tokenizer: Any, choice: dict[str, Any],
+                                                                         said: str) -> None:
+    r = Renderer(tokenizer("qwen3"), model_name="qwen3", max_model_len=4096)
+    with pytest.raises(RenderError) as info:
+        r.render_messages(messages(tools=[TOOL], tool_choice=choice))
+    assert info.value.message == f"tool_choice={said} requires --tool-call-parser to be set"
+    assert "required" not in info.value.message and "function" not in info.value.message
+
+
+def test_an_unenforceable_tool_schema_names_input_schema(tokenizer: Any) -> None:
+    r = Renderer(tokenizer("qwen3"), model_name="qwen3", max_model_len=4096, tool_call_parser="hermes",
+                 enable_auto_tool_choice=True)
+    tool = {**TOOL, "input_schema": {"type": "object", "properties": {"tags": {"type": "array", "uniqueItems": True}}}}
+    with pytest.raises(RenderError) as info:
+        r.render_messages(messages(tools=[tool], tool_choice={"type": "any"}))
+    assert info.value.message.startswith("tools[0].input_schema.properties.tags.uniqueItems ")
+    assert info.value.message.endswith('(tool_choice={"type": "any"} constrains the output to this schema).')
+    assert info.value.param == "tools[0].input_schema"
+    assert "function" not in info.value.message and "parameters" not in info.value.message

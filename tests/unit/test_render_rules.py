@@ -231,22 +231,42 @@ def test_max_tokens_equal_to_vllms_default_is_left_off_the_wire(qwen: Any) -> No
     assert "max_tokens" not in wire
 
 
-def test_a_prompt_too_long_for_the_requested_output_is_refused_with_the_lengths(qwen: Any) -> None:
+def test_max_tokens_past_the_room_left_is_clamped_to_it(qwen: Any) -> None:
+    # vLLM 0.32: max_tokens is an upper bound on the output, not a reservation of context
+    n = prompt_len(qwen)
+    r = renderer(qwen, max_model_len=n + 3)
+    assert r.render_chat(chat(max_tokens=5)).sampling_params.max_tokens == 3
+    assert r.render_chat(chat(max_completion_tokens=n + 3)).sampling_params.max_tokens == 3
+    assert r.render_chat(chat(max_tokens=2)).sampling_params.max_tokens == 2
+    (out,) = r.render_completion(completion(prompt="Hello there", max_tokens=n + 3))
+    assert out.sampling_params.max_tokens == n + 3 - len(out.token_ids)
+
+
+def test_the_issue_request_renders_with_the_output_clamped(qwen: Any) -> None:
+    # issue 20 item 3: {"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 4090} on 4,096
+    messages = [{"role": "user", "content": "Hi"}]
+    out = renderer(qwen).render_chat(chat(messages=messages, max_tokens=4090))
+    assert out.sampling_params.max_tokens == 4096 - prompt_len(qwen, messages) < 4090
+
+
+def test_a_prompt_longer_than_the_context_is_refused_with_the_lengths(qwen: Any) -> None:
     n = prompt_len(qwen)
     with pytest.raises(RenderError) as info:
-        renderer(qwen, max_model_len=n + 3).render_chat(chat(max_tokens=5))
+        renderer(qwen, max_model_len=n - 2).render_chat(chat(max_tokens=5))
     assert info.value.message == (
         f"You passed {n} input tokens and requested 5 output tokens. However, the model's context length is "
-        f"only {n + 3} tokens, resulting in a maximum input length of {n - 2} tokens. Please reduce the length "
+        f"only {n - 2} tokens, resulting in a maximum input length of {n - 2} tokens. Please reduce the length "
         "of the input prompt.")
+    assert info.value.param == "messages"
 
 
 def test_a_prompt_that_fills_the_context_leaves_no_room_and_is_refused(qwen: Any) -> None:
     n = prompt_len(qwen)
-    with pytest.raises(RenderError) as info:
-        renderer(qwen, max_model_len=n).render_chat(chat())
-    assert f"maximum context length is {n} tokens and your prompt has {n} tokens" in info.value.message
-    assert "no room for output tokens" in info.value.message
+    for max_tokens in (None, 1, n):
+        with pytest.raises(RenderError) as info:
+            renderer(qwen, max_model_len=n).render_chat(chat(max_tokens=max_tokens))
+        assert f"maximum context length is {n} tokens and your prompt has {n} tokens" in info.value.message
+        assert "no room for output tokens" in info.value.message
 
 
 def test_max_tokens_above_the_context_length_is_refused(qwen: Any) -> None:
@@ -269,10 +289,17 @@ def test_truncate_prompt_tokens_minus_one_means_the_whole_input_room(qwen: Any) 
     assert len(out.token_ids) == prompt_len(qwen) + 2 - 5
 
 
-def test_truncate_prompt_tokens_larger_than_the_input_room_is_refused(qwen: Any) -> None:
-    with pytest.raises(RenderError, match="truncate_prompt_tokens=4095 cannot be greater than max_model_len - "
-                                          "max_tokens = 4086"):
-        renderer(qwen).render_chat(chat(max_tokens=10, truncate_prompt_tokens=4095))
+def test_truncate_prompt_tokens_larger_than_the_context_is_refused(qwen: Any) -> None:
+    with pytest.raises(RenderError, match=r"truncate_prompt_tokens=4097 cannot be greater than the model's maximum "
+                                          r"context length \(4096 tokens\)"):
+        renderer(qwen).render_chat(chat(max_tokens=10, truncate_prompt_tokens=4097))
+
+
+def test_a_truncation_that_leaves_less_than_max_tokens_clamps_the_output(qwen: Any) -> None:
+    n = prompt_len(qwen)
+    r = renderer(qwen, max_model_len=n)
+    out = r.render_chat(chat(max_tokens=10, truncate_prompt_tokens=n - 4))
+    assert len(out.token_ids) == n - 4 and out.sampling_params.max_tokens == 4
 
 
 def test_an_empty_completion_prompt_renders_no_token_ids(qwen: Any) -> None:
@@ -427,12 +454,12 @@ def test_the_wire_shape_has_vllms_keys(qwen: Any) -> None:
 
 def test_text_that_cannot_fit_is_refused_before_tokenizing(qwen: Any) -> None:
     r = renderer(qwen, max_model_len=64)
-    limit = 60 * r.max_chars_per_token
+    limit = 64 * r.max_chars_per_token  # the whole context: max_tokens does not shrink it
     with pytest.raises(RenderError) as info:
         r.render_completion(completion(prompt="x" * (limit + 1), max_tokens=4))
     assert info.value.message == (
         f"You passed {limit + 1} input characters and requested 4 output tokens. However, the model's context "
-        f"length is only 64 tokens, resulting in a maximum input length of 60 tokens (at most {limit} characters). "
+        f"length is only 64 tokens, resulting in a maximum input length of 64 tokens (at most {limit} characters). "
         "Please reduce the length of the input prompt.")
     with pytest.raises(RenderError, match="input characters"):
         r.render_chat(chat(messages=[{"role": "user", "content": "y" * (limit + 1)}], max_tokens=4))
