@@ -7,6 +7,11 @@ step, on a global step clock (``--step-ms``) shared by all streams, as a batched
 emit them. Token ids are single-token words of the model's tokenizer, so the text derenders
 without hold-back. The server's own cost and latency are what a benchmark then sees.
 
+It also serves tokenwire's engine link (``/v1/session`` with ``generate`` / ``cancel`` frames, the
+``tokenwire.batch`` subprotocol: docs/protocol.md), as ``serve --tokens-only`` does, so a front end
+started with ``--engine-url ws://…`` reads one batch message per step and socket; the pacing and
+the recorded emissions are the same on both wires.
+
 Each emitted chunk's ``time.monotonic_ns()`` (CLOCK_MONOTONIC, comparable across processes on one
 Linux machine) is recorded under the request id, as is each request's arrival time; ``GET /bench/emissions`` returns
 them (``?clear=1`` forgets them), so a client can measure one-way latency to the engine and from it.
@@ -35,7 +40,8 @@ import uvicorn
 from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 WORDS = tuple("""
 the of and to in is was for on that with as by at from his her which or had are this but not one all
@@ -70,6 +76,8 @@ class PacedEngine:
         self.emissions: dict[str, list[int]] = {}
         self.arrivals: dict[str, int] = {}
         self.aborted = 0
+        self._links: set[_LinkSocket] = set()
+        self._ticker: asyncio.Task[None] | None = None
 
     def _next_tick(self, after: int) -> int:
         """The index of the first step boundary after now, and after step ``after``."""
@@ -138,10 +146,106 @@ class PacedEngine:
                 self.aborted = 0
             return Response(out, media_type="application/json")
 
-        return Starlette(routes=[Route("/inference/v1/generate", generate, methods=["POST"]),
+        async def session(ws: WebSocket) -> None:
+            offered = ws.scope.get("subprotocols") or []
+            await ws.accept(subprotocol="tokenwire.v1" if "tokenwire.v1" in offered else None)
+            link = _LinkSocket(self, ws, batch="tokenwire.batch" in offered)
+            await ws.send_text(orjson.dumps({
+                "type": "session.created", "seq": 0, "event_id": None, "session_id": f"paced-{id(link)}",
+                "protocol": 1, "server": {"name": "paced"}, "frames": ["generate", "cancel"],
+                "limits": {"max_frame_bytes": 1 << 24, "max_in_flight": 4096}, "session": {}}).decode())
+            self._links.add(link)
+            if self._ticker is None:
+                self._ticker = asyncio.get_running_loop().create_task(self._tick_forever())
+            try:
+                while True:
+                    frame = orjson.loads(await ws.receive_text())
+                    link.receive(frame)
+            except WebSocketDisconnect:
+                pass
+            finally:
+                self._links.discard(link)
+
+        return Starlette(routes=[WebSocketRoute("/v1/session", session),
+                                 Route("/inference/v1/generate", generate, methods=["POST"]),
                                  Route("/abort_requests", abort, methods=["POST"]),
                                  Route("/health", health, methods=["GET"]),
                                  Route("/bench/emissions", emissions, methods=["GET"])])
+
+
+    async def _tick_forever(self) -> None:
+        """The engine's step clock for link sockets: at each step boundary every active request of
+        every socket gets its next token, each socket's frames leaving as one message."""
+        tick = -1
+        while True:
+            tick = self._next_tick(tick)
+            delay = tick * self.step_s - time.monotonic()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            for link in list(self._links):
+                await link.step(tick)
+
+
+class _LinkSocket:
+    """One engine-link socket of the paced engine: its requests and its outgoing frames."""
+
+    def __init__(self, engine: PacedEngine, ws: WebSocket, *, batch: bool) -> None:
+        self.engine = engine
+        self.ws = ws
+        self.batch = batch
+        self.seq = 0
+        self.active: dict[str, dict] = {}  # frame id → {ids, k, wire_id, stamps, prompt, start}
+        self.out: list[dict] = []
+
+    def receive(self, frame: dict) -> None:
+        kind, fid = frame.get("type"), frame.get("id")
+        if kind == "generate":
+            body = frame.get("body") or {}
+            arrived = time.monotonic_ns()
+            rid = str(body.get("request_id") or f"paced-{arrived}")
+            self.engine.arrivals[rid] = arrived
+            prompt = body.get("token_ids") or [0]
+            n_tokens = int((body.get("sampling_params") or {}).get("max_tokens") or 16)
+            self.active[fid] = {"ids": self.engine._ids(n_tokens, len(prompt)), "k": 0, "prompt": len(prompt),
+                                "wire_id": "generate-tokens-" + rid, "stamps": self.engine.emissions.setdefault(rid, []),
+                                "start": math.floor(time.monotonic() / self.engine.step_s) + 1}
+        elif kind == "cancel" and fid in self.active:
+            del self.active[fid]
+            self.engine.aborted += 1
+            self.out.append({"type": "generate.done", "id": fid, "status": "cancelled", "usage": None})
+
+    async def step(self, tick: int) -> None:
+        for fid, req in list(self.active.items()):
+            if tick < req["start"]:
+                continue
+            k, ids = req["k"], req["ids"]
+            last = k == len(ids) - 1
+            self.out.append({"type": "generate.delta", "id": fid, "chunk": {
+                "request_id": req["wire_id"], "usage": None, "output_mode": "tokens",
+                "choices": [{"index": 0, "finish_reason": "length" if last else None, "stop_reason": None,
+                             "token_ids": [ids[k]], "logprobs": None}]}})
+            req["stamps"].append(time.monotonic_ns())
+            req["k"] = k + 1
+            if last:
+                del self.active[fid]
+                n = len(ids)
+                self.out.append({"type": "generate.done", "id": fid, "status": "completed", "usage": {
+                    "prompt_tokens": req["prompt"], "completion_tokens": n, "total_tokens": req["prompt"] + n}})
+        if not self.out:
+            return
+        frames, self.out = self.out, []
+        for frame in frames:
+            self.seq += 1
+            frame["seq"] = self.seq
+            frame["event_id"] = None
+        try:
+            if self.batch and len(frames) > 1:
+                await self.ws.send_text(orjson.dumps({"type": "batch", "frames": frames}).decode())
+            else:
+                for frame in frames:
+                    await self.ws.send_text(orjson.dumps(frame).decode())
+        except (WebSocketDisconnect, RuntimeError, OSError):
+            self.active.clear()
 
 
 def main(argv: list[str] | None = None) -> int:

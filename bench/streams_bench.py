@@ -263,20 +263,28 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return ordered[len(ordered) // 2]
 
 
-def run(model: Path, levels: list[int], tokens: int, step_ms: float, ramp_s: float, rounds: int) -> dict[str, Any]:
+def run(model: Path, levels: list[int], tokens: int, step_ms: float, ramp_s: float, rounds: int,
+        link: str = "ws") -> dict[str, Any]:
     raise_fd_limit(4 * max(levels) + 1024)
-    with PacedEngineProcess(model, step_ms=step_ms) as engine, render_server(model, engine.url) as srv:
+    with PacedEngineProcess(model, step_ms=step_ms) as engine, \
+            render_server(model, engine_url(engine.url, link)) as srv:
         assert srv.proc is not None
         with event_loop_policy() as loop:
             idle, results = asyncio.run(measure(engine, srv.url, srv.proc.pid, levels, tokens, ramp_s, rounds))
-    return {"benchmark": "streaming_sessions", "model": model.name, "tokens_per_stream": tokens,
+    return {"benchmark": "streaming_sessions", "model": model.name, "tokens_per_stream": tokens, "engine_link": link,
             "engine_step_ms": step_ms, "ramp_s": ramp_s, "rounds": rounds, "client_loop": loop,
             "server_idle_cpu_ms_per_s": round(idle * 1e3, 3),
-            "server": "tokenwire launch render --engine-url (paced engine, no model)",
+            "server": f"tokenwire launch render --engine-url {engine_url('http://…', link)} (paced engine, no model)",
             "modes": {"direct": "SSE straight from the paced engine (baseline)",
                       "sse": "POST /v1/chat/completions stream through the server",
                       "ws": "chat frames on /v1/session through the server, one session per stream"},
             "results": results}
+
+
+def engine_url(http_url: str, link: str) -> str:
+    """The front end's ``--engine-url``: the multiplexed session link (``ws``) or one HTTP stream
+    per request (``http``, vLLM's wire)."""
+    return "ws" + http_url[len("http"):] if link == "ws" else http_url
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -287,6 +295,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=100.0, help="paced engine step (one token per stream per step)")
     p.add_argument("--ramp-s", type=float, default=1.0, help="spread the requests' sending over this many seconds")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--engine-link", choices=("ws", "http"), default="ws",
+                   help="how the front end reaches the engine: the multiplexed session link (ws, default) or "
+                        "one SSE stream per request (http, vLLM's wire)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.model:
@@ -295,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
         from server.assets import ensure
 
         model = ensure("smollm2-135m-instruct")
-    result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds)
+    result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link)
     text = json.dumps(result, indent=2)
     print(text)
     if a.out:

@@ -37,7 +37,13 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineUnavailable, InvalidGenerateRequest
+from engine.errors import (
+    EngineError,
+    EngineOverloaded,
+    EngineShutDown,
+    EngineUnavailable,
+    InvalidGenerateRequest,
+)
 from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
 from engine.outbox import Outbox
 from engine.protocol import GenerateRequest, TokenLogprob, UsageInfo

@@ -143,8 +143,10 @@ def create_app(ctx: ServerContext) -> Starlette:
 
     from server.limits import LimitMiddleware, limiter_of
     from server.shutdown import DrainMiddleware, drain_of
+    from server.ws.transport import RawSendMiddleware
 
-    middleware = [Middleware(DrainMiddleware, drain=ctx.service(drain_of)),
+    middleware = [Middleware(RawSendMiddleware),  # first: it must see the server's own send
+                  Middleware(DrainMiddleware, drain=ctx.service(drain_of)),
                   Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys),
                   Middleware(LimitMiddleware, limiter=ctx.service(limiter_of),
                              body_timeout=ctx.settings.body_timeout, exempt=_is_public,

@@ -5,11 +5,14 @@ request in flight. The machine decides; this module only shuttles:
 
 - the **reader** feeds received messages to the machine, and stops reading while the outbox is
   full (so a client that does not read cannot make the server queue answers without bound);
-- the **writer** is the only task that sends: it takes frames from the :class:`Outbox` (where a
-  slow reader's pending deltas of one request are merged into one frame), stamps ``seq`` and sends;
-  a client that offered the ``tokenwire.batch`` subprotocol gets everything that is pending at once
-  as one ``batch`` message (docs/protocol.md §6), so an engine step's deltas of every request of
-  the session cost one message;
+- **sending**: with a direct :class:`~server.ws.transport.FrameWriter` (uvicorn, no compression),
+  the frames that became ready during one loop tick are stamped with ``seq`` and leave in one
+  transport write at the end of the tick (``_flush``, scheduled once per tick), with no task switch;
+  a client that offered the ``tokenwire.batch`` subprotocol gets them as one ``batch`` message
+  (docs/protocol.md §6), so an engine step's deltas of every request of the session cost one
+  message. When the transport is backed up (the client does not read), or without a direct
+  writer, frames wait in the :class:`Outbox` (where a slow reader's pending deltas of one request
+  are merged into one frame) and the **writer** task sends them once the transport drains;
 - **request tasks** run :func:`server.ws.work.run` in their own cancel scope: ``Cancel`` cancels
   the scope, which closes the pipeline stream, which aborts the engine request;
 - ``Close`` cancels every request at once, flushes what is queued (briefly) and closes with the
@@ -19,6 +22,7 @@ request in flight. The machine decides; this module only shuttles:
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 from typing import Any
@@ -34,6 +38,7 @@ from server.errors import to_api_error
 from server.limits import Limiter, admitted
 from server.shutdown import Drain
 from server.ws.outbox import Outbox
+from server.ws.transport import FrameWriter
 from server.ws.work import Stages, run
 from session.actions import (
     Action,
@@ -101,9 +106,12 @@ class _Report:
 class Connection:
     def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
                  outbox_capacity: int = 256, drain: Drain | None = None,
-                 limits: tuple[Limiter, str] | None = None, batch: bool = False) -> None:
+                 limits: tuple[Limiter, str] | None = None, batch: bool = False,
+                 direct: FrameWriter | None = None) -> None:
         self.websocket = websocket
         self.batch = batch  # the client takes ``batch`` frames
+        self.direct = direct  # writes frames to the transport itself (None: through ASGI)
+        self._tick: list[ServerFrame] = []  # frames ready this loop tick, for ``_flush``
         self.session = session
         self.stages = stages
         self.outbox = Outbox(outbox_capacity)
@@ -131,7 +139,13 @@ class Connection:
 
     def _do(self, action: Action) -> None:
         if isinstance(action, Send):
-            self.outbox.put(action.frame)
+            direct = self.direct
+            if direct is not None and not self.outbox and not direct.backed_up and self._close is None:
+                if not self._tick:
+                    asyncio.get_running_loop().call_soon(self._flush)
+                self._tick.append(action.frame)
+            else:
+                self.outbox.put(action.frame)
         elif isinstance(action, Cancel):
             scope = self._scopes.get(action.id)
             if scope is not None:
@@ -233,9 +247,28 @@ class Connection:
         assert self._tg is not None
         self._tg.cancel_scope.cancel()
 
+    def _flush(self) -> None:
+        """Write the frames of this tick (direct writer only): one write, one message when batched."""
+        frames, self._tick = self._tick, []
+        if frames and self.direct is not None:
+            encoded = [self._encode(frame) for frame in frames]
+            if self.batch and len(encoded) > 1:
+                encoded = [b'{"type":"batch","frames":[' + b",".join(encoded) + b"]}"]
+            self.direct.write(encoded)  # a closed transport: the reader sees the disconnect
+
     async def _send_pending(self) -> bool:
         """Send what is queued now: frame by frame, or, to a batch client, all of it as one
         message. False when nothing was queued."""
+        self._flush()  # frames of this tick come before anything queued after them
+        if self.direct is not None:
+            if self.direct.backed_up:
+                await self.direct.drained()
+            frames = []
+            while taken := self.outbox.take():
+                frames += taken
+            self._tick += frames
+            self._flush()
+            return bool(frames)
         if not self.batch:
             frames = self.outbox.take()
             for frame in frames:

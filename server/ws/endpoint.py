@@ -23,6 +23,7 @@ from server.limits import key_of, limiter_of
 from server.shutdown import drain_of
 from server.ws.connection import BATCH_SUBPROTOCOL, Connection
 from server.ws.state_peek import peek_state
+from server.ws.transport import frame_writer
 from server.ws.upgrade import Accepted, Refused, decide
 from server.ws.work import Stages
 from session.machine import Session, SessionConfig
@@ -82,7 +83,8 @@ async def session_endpoint(websocket: WebSocket) -> None:
     try:
         batch = BATCH_SUBPROTOCOL in (websocket.scope.get("subprotocols") or ())
         await Connection(websocket, session, stages, drain=ctx.service(drain_of),
-                         limits=(ctx.service(limiter_of), key), batch=batch).run()
+                         limits=(ctx.service(limiter_of), key), batch=batch,
+                         direct=frame_writer(websocket.scope)).run()
     finally:
         metrics.session_closed()
 

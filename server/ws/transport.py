@@ -1,0 +1,91 @@
+"""Server frames written straight to the session's transport, once per loop tick.
+
+Sending through ASGI costs a chain of awaits per frame (Starlette's ``send_text``, its exception
+middleware, uvicorn's ``send``, the websockets library's frame object) and one ``write`` system
+call per frame. A session's frames are plain unmasked text frames, so :class:`FrameWriter` builds
+their headers itself and writes everything a session has ready in one ``transport.write``:
+several WebSocket frames in one write is ordinary protocol v1 on the wire.
+
+It is used where the server is uvicorn's ``websockets-sansio`` protocol (the one tokenwire runs)
+without ``permessage-deflate``; :func:`frame_writer` returns None anywhere else and the session
+sends through ASGI as before. ``RawSendMiddleware`` (outermost in ``server.app``) hands the
+server's own ``send`` callable to the endpoint, whose protocol object owns the transport.
+
+Backpressure: when the transport's buffer passes its high-water mark (the client does not read),
+:attr:`FrameWriter.backed_up` is true and the session queues (and coalesces) frames in its outbox
+until :meth:`FrameWriter.drained`.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+from websockets.protocol import OPEN, Protocol
+
+RAW_SEND_KEY = "tokenwire.raw_send"  # the ASGI server's own send callable, in the scope
+
+_SHORT = struct.Struct("!BB")
+_MEDIUM = struct.Struct("!BBH")
+_LONG = struct.Struct("!BBQ")
+
+
+class RawSendMiddleware:
+    """Puts the ASGI server's ``send`` into WebSocket scopes (before any middleware wraps it)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "websocket":
+            scope[RAW_SEND_KEY] = send
+        await self.app(scope, receive, send)
+
+
+def text_frame(payload: bytes) -> bytes:
+    """An unmasked, unfragmented text frame (RFC 6455 §5.2) carrying ``payload``."""
+    n = len(payload)
+    if n < 126:
+        return _SHORT.pack(0x81, n) + payload
+    if n < 65536:
+        return _MEDIUM.pack(0x81, 126, n) + payload
+    return _LONG.pack(0x81, 127, n) + payload
+
+
+class FrameWriter:
+    def __init__(self, protocol: Any) -> None:
+        self._protocol = protocol
+        self._conn: Protocol = protocol.conn
+        self._transport = protocol.transport
+        self._writable = protocol.writable
+
+    @property
+    def closed(self) -> bool:
+        return bool(self._protocol.close_sent) or self._transport.is_closing() or self._conn.state is not OPEN
+
+    @property
+    def backed_up(self) -> bool:
+        return not self._writable.is_set()
+
+    async def drained(self) -> None:
+        await self._writable.wait()
+
+    def write(self, payloads: Sequence[bytes]) -> bool:
+        """Write each payload as a text frame, all in one write. False (nothing written) when the
+        connection is closing or gone."""
+        if self.closed:
+            return False
+        self._transport.write(b"".join([text_frame(p) for p in payloads]))
+        return True
+
+
+def frame_writer(scope: dict[str, Any]) -> FrameWriter | None:
+    """The direct writer for this WebSocket scope, or None where the ASGI send must be used (another
+    server or protocol implementation, or a compression extension in use)."""
+    protocol = getattr(scope.get(RAW_SEND_KEY), "__self__", None)
+    conn = getattr(protocol, "conn", None)
+    if (not isinstance(conn, Protocol) or conn.extensions or getattr(protocol, "transport", None) is None
+            or not hasattr(protocol, "writable") or not hasattr(protocol, "close_sent")):
+        return None
+    return FrameWriter(protocol)
