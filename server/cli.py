@@ -142,6 +142,9 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                         "'shutting down' error (default 20; new connections are refused at once)")
     p.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="log level (default info)")
+    p.add_argument("--disable-access-log", action="store_true",
+                   help="no access log: by default each HTTP request and each WebSocket connection is "
+                        "logged at INFO")
     if not render:
         p.add_argument("--dtype", default="auto", choices=["auto", "bfloat16", "float32", "float16"],
                        help="weights dtype for the local engine (auto: bf16 when the CPU supports it)")
@@ -225,6 +228,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         engine_timeout=args.engine_timeout,
         enable_scale_out=args.enable_scale_out,
         log_level=args.log_level,
+        access_log=not args.disable_access_log,
         allowed_origins=tuple(args.allowed_origin or ()),
         ws_max_frame_bytes=args.ws_max_frame_bytes,
         ws_max_in_flight=args.ws_max_in_flight,
@@ -252,11 +256,14 @@ def keep_torch_out() -> None:
         sys.modules["torch"] = None  # type: ignore[assignment]
 
 
-def quiet_transformers() -> None:
+def quiet_transformers(*, progress_bars: bool) -> None:
     """transformers' import-time advice (``[transformers] PyTorch was not found…`` under ``launch
-    render``, where torch is deliberately kept out) is noise to an operator: off in tokenwire's own
-    processes unless the environment sets it."""
+    render``, where torch is deliberately kept out) is noise to an operator, and so is a server's
+    "Loading weights" progress bar in its log: off in tokenwire's own processes unless the
+    environment sets them (``tokenwire assets`` keeps its progress bars)."""
     os.environ.setdefault("TRANSFORMERS_NO_ADVISORY_WARNINGS", "1")
+    if not progress_bars:
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
 def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> socket.socket:
@@ -275,8 +282,8 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> s
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    quiet_transformers()
     args = build_parser().parse_args(argv)
+    quiet_transformers(progress_bars=args.command == "assets")
     if args.command == "launch":
         keep_torch_out()
     if args.command == "assets":

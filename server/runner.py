@@ -28,6 +28,16 @@ def quiet_client_utf8_errors(record: logging.LogRecord) -> bool:
     return True
 
 
+# What uvicorn (and websockets under it) log on ``uvicorn.error`` about each WebSocket connection:
+# the access log of WebSocket sessions, so ``--disable-access-log`` drops them with the HTTP lines.
+WEBSOCKET_ACCESS_LINES = frozenset({'%s - "WebSocket %s" [accepted]', '%s - "WebSocket %s" 403',
+                                    '%s - "WebSocket %s" %d', "connection open", "connection closed"})
+
+
+def no_websocket_access_lines(record: logging.LogRecord) -> bool:
+    return not (record.levelno == logging.INFO and record.msg in WEBSOCKET_ACCESS_LINES)
+
+
 def run(settings: Settings, gating: Gating, sock: socket.socket | None = None) -> int:
     """Serve until stopped. ``sock``: the socket the CLI bound before loading anything (else bound here)."""
     if sock is None:
@@ -41,8 +51,10 @@ def run(settings: Settings, gating: Gating, sock: socket.socket | None = None) -
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
                             ws_max_size=settings.ws_max_frame_bytes,
                             ws_per_message_deflate=settings.ws_per_message_deflate,
-                            timeout_graceful_shutdown=5, access_log=settings.log_level == "debug")
+                            timeout_graceful_shutdown=5, access_log=settings.access_log)
     logging.getLogger("uvicorn.error").addFilter(quiet_client_utf8_errors)
+    if not settings.access_log:
+        logging.getLogger("uvicorn.error").addFilter(no_websocket_access_lines)
     server = GracefulServer(config, ctx, shutdown_timeout=settings.shutdown_timeout)
     log.info("tokenwire %s on %s (model %s)", settings.mode.value, app.state.listen_url,
              settings.served_model_name)

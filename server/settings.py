@@ -42,6 +42,7 @@ class Settings:
     engine_timeout: float = 300.0  # seconds a remote engine may take to answer (--engine-timeout)
     enable_scale_out: bool = False  # the --enable-scale-out flag
     log_level: str = "info"
+    access_log: bool = True  # a line per HTTP request and per WebSocket connection (at INFO)
     # engine
     dtype: str = "auto"
     max_num_seqs: int = 32
