@@ -7,7 +7,9 @@ Per push, in order:
 2. **hold** the last id when it is a special / eos / stop token id and the chunk does not finish
    the stream: if the next push finishes with ``finish_reason "stop"`` (an eos or stop token, not a
    stop string), that token is dropped from the text, as an engine with a detokenizer drops it;
-   otherwise it is decoded first thing next time. So chunking never changes the text;
+   otherwise it is decoded first thing next time. A stream that ends with ``"stop"`` on any other
+   id (an engine that does not send its end token) keeps that id's text: only such an end id is
+   ever dropped. So chunking never changes the text;
 3. **detokenize** (:mod:`session.detokenizer`), one id at a time when stop strings are set so a
    match is attributed to the token that completed it (later ids of the chunk are not counted);
 4. **stop strings** (:mod:`session.stop`): hold back a possible partial match, cut at a match;
@@ -181,7 +183,7 @@ class ChoiceStream:
             if ("rp" in snap) != (spec.reasoning_parser is not None) or ("tp" in snap) != (spec.tool_parser is not None):
                 raise ValueError("parser set changed")
             held = snap.get("h")
-            if held is not None and not (isinstance(held, int) and 0 <= held < spec.table.vocab_size):
+            if held is not None and (type(held) is not int or held not in spec.hold_ids):  # only end / special ids are held
                 raise ValueError("bad held id")
             tail = snap.get("t", "")
             stops = None
@@ -234,12 +236,12 @@ class ChoiceStream:
             work = [self.held, *ids]
             offset = 1
             self.held = None
-        if work:
-            if finishing and finish_reason == "stop" and not isinstance(stop_reason, str):
-                work = work[:-1]  # the eos / stop token is not part of the text
-            elif not finishing and work[-1] in spec.hold_ids:
+        if work and work[-1] in spec.hold_ids:
+            if not finishing:
                 self.held = work[-1]
                 work = work[:-1]
+            elif finish_reason == "stop" and not isinstance(stop_reason, str):
+                work = work[:-1]  # the eos / stop token the engine stopped on is not part of the text
 
         stops = self.stops
         matched = False
