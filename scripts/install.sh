@@ -1,17 +1,39 @@
 #!/usr/bin/env bash
 # Install tokenwire and everything it needs into ./.venv (idempotent; fast when already done).
-#   scripts/install.sh            base + engine (what `tokenwire serve` needs)
+#   scripts/install.sh            base + engine (what `tokenwire serve` needs) + the OpenAI / Anthropic SDKs
 #   scripts/install.sh dev        also the test tools
+# Once an install succeeds, .venv/.tokenwire-install records a digest of pyproject.toml and these
+# scripts: while they are unchanged a later run (every scripts/serve.sh) skips pip and returns at
+# once. TOKENWIRE_REINSTALL=1 (or deleting that file) forces a full run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="engine"
-[ "${1:-}" = "dev" ] && extras="engine,dev"
+extras="engine,examples"
+[ "${1:-}" = "dev" ] && extras="engine,examples,dev"
 
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
     echo "tokenwire needs Python >= 3.11 (set PYTHON=/path/to/python3.11)" >&2
     exit 1
 fi
+stamp=.venv/.tokenwire-install
+digest="$("$PY" -c 'import hashlib, sys
+h = hashlib.sha256()
+for name in sys.argv[1:]:
+    with open(name, "rb") as f:
+        h.update(name.encode() + b"\0" + f.read() + b"\0")
+print(h.hexdigest())' pyproject.toml scripts/install.sh scripts/serve.sh)"
+# Up to date when the stamp has this digest and lists every extra asked for (dev includes the rest).
+if [ -x .venv/bin/python ] && [ -f "$stamp" ] && [ -z "${TOKENWIRE_REINSTALL:-}" ]; then
+    read -r stamped_digest stamped_extras < "$stamp" || true
+    if [ "${stamped_digest:-}" = "$digest" ]; then
+        missing=""
+        for extra in ${extras//,/ }; do
+            case ",${stamped_extras:-}," in *",$extra,"*) ;; *) missing=1 ;; esac
+        done
+        [ -z "$missing" ] && exit 0
+    fi
+fi
+rm -f "$stamp"
 [ -x .venv/bin/python ] || "$PY" -m venv .venv
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 
@@ -20,8 +42,8 @@ if ! .venv/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.versio
     echo "installing torch 2.13.0 (CPU)…" >&2
     "${pip[@]}" install torch==2.13.0
 fi
-# Always resolve against pyproject.toml (a few seconds when satisfied), so an existing .venv with a
-# stale dependency (e.g. a newer transformers than the pinned one) is corrected, not trusted.
+# Without a current stamp, always resolve against pyproject.toml (a few seconds when satisfied), so an
+# existing .venv with a stale dependency (e.g. a newer transformers than the pinned one) is corrected.
 echo "installing tokenwire[$extras]…" >&2
 "${pip[@]}" install -e ".[$extras]"
 # Structured outputs (the local engine): xgrammar without its triton requirement (GPU only).
@@ -29,3 +51,4 @@ if ! .venv/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.versio
     echo "installing xgrammar 0.2.9…" >&2
     "${pip[@]}" install --no-deps xgrammar==0.2.9
 fi
+echo "$digest $extras" > "$stamp"
