@@ -10,7 +10,9 @@ sessions each run requests one after another until ``--duration`` seconds pass o
   (``POST /v1/chat/completions/derender``) of the token ids its frames carried, and those ids count
   exactly the usage's ``completion_tokens``; a ``generate`` stream's ids count its usage; every
   session's ``seq`` grows by exactly one;
-- **errors**: any ``error`` frame or close is counted (a soak expects none).
+- **errors**: any ``error`` frame or close is counted (a soak expects none). A check call that does
+  not answer 200 is a ``verify_failures`` entry, not a lost stream, and ``mismatches`` shows its
+  status and body.
 
 Sampled from ``/metrics`` every few seconds: server RSS (the slope after ``--warmup`` seconds, by
 least squares), open file descriptors and event-loop tasks (compared before the sessions and after
@@ -60,6 +62,7 @@ class Tally:
     cancelled: int = 0
     tokens: int = 0
     lost_or_duplicated: int = 0  # streams whose tokens or text did not add up
+    verify_failures: int = 0  # streams whose check call (the one-shot derender) did not answer 200
     seq_breaks: int = 0
     errors: dict[str, int] = field(default_factory=dict)
     closes: dict[str, int] = field(default_factory=dict)
@@ -112,7 +115,12 @@ async def verify_chat(http: httpx.AsyncClient, body: dict[str, Any], frames: lis
     request = {k: v for k, v in body.items() if k != "stream_options"}  # the non-streaming request
     r = await http.post("/v1/chat/completions/derender", json={"generate_response": response,
                                                                "chat_request": request, "prompt_token_ids": [0]})
-    one_shot = (r.json()["choices"][0]["message"]["content"] or "") if r.status_code == 200 else None
+    if r.status_code != 200:  # not a lost token: the check itself failed, and why must be seen
+        tally.verify_failures += 1
+        tally.mismatches.append(f"chat: the one-shot derender of {len(ids)} ids answered {r.status_code}: "
+                                f"{r.text[:500]}")
+        return
+    one_shot = r.json()["choices"][0]["message"]["content"] or ""
     if one_shot != text or usage is None or usage["completion_tokens"] != len(ids):
         tally.lost_or_duplicated += 1
         tally.mismatches.append(f"chat: streamed {text[:60]!r} vs one-shot {str(one_shot)[:60]!r}, "
@@ -239,7 +247,8 @@ async def soak(url: str, *, sessions: int, duration: float, requests: int, warmu
         "sessions": sessions, "duration_s": round(elapsed, 1), "requests": tally.requests,
         "chats_verified": tally.chats_verified, "generates_verified": tally.generates_verified,
         "completions": tally.completions, "cancelled": tally.cancelled, "tokens_streamed": tally.tokens,
-        "lost_or_duplicated_streams": tally.lost_or_duplicated, "seq_breaks": tally.seq_breaks,
+        "lost_or_duplicated_streams": tally.lost_or_duplicated, "verify_failures": tally.verify_failures,
+        "seq_breaks": tally.seq_breaks,
         "error_frames": tally.errors, "sessions_broken": tally.closes, "mismatches": tally.mismatches[:5],
         "first_frame_ms": {"p50": round(pct(tally.first_frame, 0.5) * 1e3, 2),
                            "p99": round(pct(tally.first_frame, 0.99) * 1e3, 2)},

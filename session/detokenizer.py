@@ -49,6 +49,10 @@ SEED_WINDOW = 6
 # of skipped special tokens) is flushed past this many ids, keeping the state bounded.
 MAX_PENDING = 32
 _KEEP_AFTER_FORCED_FLUSH = 4
+# Ids in a restored window: any id a model may emit. A model's vocabulary is often padded past the
+# tokenizer (those ids decode to nothing), so the tokenizer's size is not the bound; the caller
+# checks ids against the model's vocab_size before they reach a detokenizer.
+_MAX_ID = 2**31
 _REPLACEMENT = "\ufffd"
 # TokenTable text cache: a token whose bytes are not whole UTF-8 on their own (part of a character,
 # or invalid). A lone surrogate, which no decoded UTF-8 text can hold, so it is no token's text.
@@ -345,7 +349,7 @@ def restore_detokenizer(table: TokenTable, *, skip_special_tokens: bool,
     if kind == WindowDetokenizer.KIND and not table.byte_level:
         ids, prefix_index = snapshot[1], snapshot[2]
         if (not isinstance(ids, list) or len(ids) > 2 * MAX_PENDING + SEED_WINDOW + 2
-                or not all(isinstance(i, int) and 0 <= i < table.vocab_size for i in ids)
+                or not all(isinstance(i, int) and 0 <= i < _MAX_ID for i in ids)
                 or not isinstance(prefix_index, int) or not 0 <= prefix_index <= len(ids)):
             raise ValueError("detokenizer window is invalid")
         return WindowDetokenizer(table, skip_special_tokens, ids, prefix_index)

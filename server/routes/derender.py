@@ -14,9 +14,11 @@ microseconds, less than a thread hop. Large bodies are validated and derendered 
 
 from __future__ import annotations
 
+import json
 import logging
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -54,14 +56,34 @@ def state_codec_of(ctx: ServerContext) -> StateCodec:
     return StateCodec.from_secret(ctx.settings.state_secret)
 
 
+def model_vocab_size(model_dir: Path) -> int | None:
+    """The model's ``vocab_size`` from its ``config.json`` (a vision-language model's
+    ``text_config``), or None without one. Real models pad it past the tokenizer's ids; those
+    extra ids are valid output ids that decode to nothing."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    for section in (config, text if isinstance(text, dict) else {}):
+        value = section.get("vocab_size")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def derender_service_of(ctx: ServerContext) -> DerenderService:
     """The process's derender service (a ``ctx.service`` factory): the model's tokenizer, the
-    configured parsers and the state codec. Shared by the HTTP routes and WebSocket frames."""
+    configured parsers, the state codec and the model's ``vocab_size`` (the bound on token ids).
+    Shared by the HTTP routes and WebSocket frames."""
     s = ctx.settings
     parsers = resolve_parsers(s.tool_call_parser, s.reasoning_parser,
                               enable_auto_tool_choice=s.enable_auto_tool_choice)
     service = DerenderService(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
-                              parsers=parsers, codec=ctx.service(state_codec_of))
+                              parsers=parsers, codec=ctx.service(state_codec_of),
+                              vocab_size=model_vocab_size(s.model_dir))
     return metrics.time_methods(service, metrics.DERENDER_SECONDS,  # type: ignore[no-any-return]
                                 ("chat", "chat_stream", "completion", "completion_stream"))
 

@@ -53,9 +53,13 @@ _SPEC_CACHE_SIZE = 256
 
 class DerenderService:
     def __init__(self, tokenizer: Any, *, model_name: str, max_model_len: int, parsers: ParserConfig,
-                 codec: StateCodec, table: TokenTable | None = None) -> None:
+                 codec: StateCodec, table: TokenTable | None = None, vocab_size: int | None = None) -> None:
         self.tokenizer = tokenizer
         self.table = table or token_table(tokenizer)
+        # The bound on token ids: the model's vocab_size (its config.json), which real models pad
+        # past the tokenizer (tiny-qwen3: 151,680 vs 151,669 ids); an id past the tokenizer is a
+        # valid id that decodes to nothing, as on every other path. Without a config: the tokenizer's.
+        self.vocab_size = vocab_size or self.table.vocab_size
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.parsers = parsers
@@ -86,7 +90,7 @@ class DerenderService:
             raise ModelNotFound(model)
 
     def _check_prompt(self, ids: Sequence[int] | None, param: str = "prompt_token_ids") -> None:
-        check_prompt_ids(ids, max_model_len=self.max_model_len, vocab_size=self.table.vocab_size, param=param)
+        check_prompt_ids(ids, max_model_len=self.max_model_len, vocab_size=self.vocab_size, param=param)
 
     def _check_prompt_tokens(self, counts: int | Sequence[int] | None) -> None:
         """A prompt longer than the context is no prompt of this model (and a count past 64 bits
@@ -97,7 +101,7 @@ class DerenderService:
                                     param="prompt_tokens")
 
     def _check_response(self, r: GenerateResponse | GenerateStreamResponse, param: str, *, stream: bool) -> None:
-        check_choices(r.choices, max_model_len=self.max_model_len, vocab_size=self.table.vocab_size,
+        check_choices(r.choices, max_model_len=self.max_model_len, vocab_size=self.vocab_size,
                       param=param, require_tokens=not stream)
         prompt_lp = (r.model_extra or {}).get("prompt_logprobs")
         if isinstance(prompt_lp, list) and len(prompt_lp) > self.max_model_len:

@@ -24,7 +24,7 @@ def test_a_short_soak_loses_nothing_and_leaks_nothing(asset: Callable[[str], Pat
                                   log=lambda line: None))
         assert "Traceback" not in srv.output(), srv.output()[-4000:]
     assert result["requests"] == 12 * 8, result
-    assert (result["lost_or_duplicated_streams"], result["seq_breaks"]) == (0, 0), result
+    assert (result["lost_or_duplicated_streams"], result["verify_failures"], result["seq_breaks"]) == (0, 0, 0), result
     assert (result["error_frames"], result["sessions_broken"]) == ({}, {}), result
     assert result["chats_verified"] > 0 and result["generates_verified"] > 0, result
     assert result["active_sessions_after"] == 0 and result["inflight_generations_after"] == 0, result
