@@ -269,7 +269,7 @@ async def soak(url: str, *, sessions: int, duration: float, requests: int, warmu
 
 def server_args(model: Path) -> list[str]:
     return ["serve", str(model), "--enable-scale-out", "--dtype", "float32", "--max-model-len", "1024",
-            "--max-num-seqs", "32", "--max-waiting", "512", "--ws-idle-timeout", "0"]
+            "--max-num-seqs", "32", "--max-waiting", "512", "--ws-idle-timeout", "3600"]
 
 
 def main() -> None:
