@@ -3,15 +3,18 @@
 The OpenAI shapes, vLLM's generate and derender shapes are the server's own pydantic models
 (``session.protocol.openai_responses``, ``engine.protocol``), re-exported here. ``session`` has no
 models of Anthropic's *responses* yet, so the Messages API's response and stream events are
-modelled here, field for field as ``POST /v1/messages`` writes them (unknown fields are kept).
+modelled here, field for field as ``POST /v1/messages`` writes them (unknown fields are kept), and
+typed all the way down as Anthropic's own SDK types them: ``message.content[0].text``,
+``event.delta.text``, ``event.content_block.name``. A block or delta of a type this client does not
+know is an ``UnknownBlock`` / ``UnknownDelta`` with its fields kept.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Discriminator, Tag
 
 from engine.protocol import GenerateRequest, GenerateStreamResponse, UsageInfo
 from session.protocol.openai_responses import (
@@ -24,10 +27,12 @@ from session.protocol.openai_responses import (
 )
 
 __all__ = [
+    "BlockDelta",
     "ChatCompletionResponse",
     "ChatCompletionStreamResponse",
     "CompletionResponse",
     "CompletionStreamResponse",
+    "ContentBlock",
     "ContentBlockDeltaEvent",
     "ContentBlockStartEvent",
     "ContentBlockStopEvent",
@@ -35,13 +40,25 @@ __all__ = [
     "DerenderCompletionStreamResponse",
     "GenerateRequest",
     "GenerateStreamResponse",
+    "InputJSONDelta",
     "Message",
+    "MessageDelta",
     "MessageDeltaEvent",
+    "MessageDeltaUsage",
     "MessageStartEvent",
     "MessageStopEvent",
     "MessageStreamEvent",
     "MessageUsage",
+    "RedactedThinkingBlock",
     "SessionInfo",
+    "SignatureDelta",
+    "TextBlock",
+    "TextDelta",
+    "ThinkingBlock",
+    "ThinkingDelta",
+    "ToolUseBlock",
+    "UnknownBlock",
+    "UnknownDelta",
     "UnknownEvent",
     "UsageInfo",
     "parse_message_event",
@@ -57,6 +74,107 @@ class MessageUsage(_Open):
     output_tokens: int = 0
 
 
+# --- content blocks (``message.content[i]``, ``content_block_start.content_block``) ---------------
+
+
+class TextBlock(_Open):
+    type: Literal["text"] = "text"
+    text: str
+
+
+class ThinkingBlock(_Open):
+    type: Literal["thinking"] = "thinking"
+    thinking: str
+    signature: str = ""
+
+
+class RedactedThinkingBlock(_Open):
+    type: Literal["redacted_thinking"] = "redacted_thinking"
+    data: str
+
+
+class ToolUseBlock(_Open):
+    type: Literal["tool_use"] = "tool_use"
+    id: str
+    name: str
+    input: dict[str, Any]  # {} in content_block_start; the arguments arrive as input_json_delta
+
+
+class UnknownBlock(_Open):
+    """A content block of a type this client does not know (its fields are kept)."""
+
+    type: str
+
+
+def _tag(known: frozenset[str]) -> Any:
+    def tag(value: Any) -> str:
+        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+        return kind if kind in known else "unknown"
+
+    return tag
+
+
+ContentBlock = Annotated[
+    Annotated[TextBlock, Tag("text")] | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")] | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[UnknownBlock, Tag("unknown")],
+    Discriminator(_tag(frozenset({"text", "thinking", "redacted_thinking", "tool_use"}))),
+]
+
+
+# --- deltas (``content_block_delta.delta``, ``message_delta.delta``) ---------------------------------
+
+
+class TextDelta(_Open):
+    type: Literal["text_delta"] = "text_delta"
+    text: str
+
+
+class ThinkingDelta(_Open):
+    type: Literal["thinking_delta"] = "thinking_delta"
+    thinking: str
+
+
+class SignatureDelta(_Open):
+    type: Literal["signature_delta"] = "signature_delta"
+    signature: str
+
+
+class InputJSONDelta(_Open):
+    type: Literal["input_json_delta"] = "input_json_delta"
+    partial_json: str
+
+
+class UnknownDelta(_Open):
+    """A delta of a type this client does not know (its fields are kept)."""
+
+    type: str
+
+
+BlockDelta = Annotated[
+    Annotated[TextDelta, Tag("text_delta")] | Annotated[ThinkingDelta, Tag("thinking_delta")]
+    | Annotated[SignatureDelta, Tag("signature_delta")] | Annotated[InputJSONDelta, Tag("input_json_delta")]
+    | Annotated[UnknownDelta, Tag("unknown")],
+    Discriminator(_tag(frozenset({"text_delta", "thinking_delta", "signature_delta", "input_json_delta"}))),
+]
+
+
+class MessageDelta(_Open):
+    """``message_delta.delta``: how the message ended."""
+
+    stop_reason: str | None = None
+    stop_sequence: str | None = None
+
+
+class MessageDeltaUsage(_Open):
+    """``message_delta.usage``: the output tokens so far (other counters kept when a server sends them)."""
+
+    output_tokens: int = 0
+
+
+# --- the message and its stream events ---------------------------------------------------------
+
+
 class Message(_Open):
     """An Anthropic ``message`` (the non-streaming answer of ``/v1/messages``)."""
 
@@ -64,7 +182,7 @@ class Message(_Open):
     type: Literal["message"] = "message"
     role: Literal["assistant"] = "assistant"
     model: str
-    content: list[dict[str, Any]]  # text / thinking / tool_use blocks, as Anthropic writes them
+    content: list[ContentBlock]
     stop_reason: str | None = None
     stop_sequence: str | None = None
     usage: MessageUsage
@@ -78,13 +196,13 @@ class MessageStartEvent(_Open):
 class ContentBlockStartEvent(_Open):
     type: Literal["content_block_start"] = "content_block_start"
     index: int
-    content_block: dict[str, Any]
+    content_block: ContentBlock
 
 
 class ContentBlockDeltaEvent(_Open):
     type: Literal["content_block_delta"] = "content_block_delta"
     index: int
-    delta: dict[str, Any]  # text_delta / thinking_delta / input_json_delta / signature_delta
+    delta: BlockDelta
 
 
 class ContentBlockStopEvent(_Open):
@@ -94,8 +212,8 @@ class ContentBlockStopEvent(_Open):
 
 class MessageDeltaEvent(_Open):
     type: Literal["message_delta"] = "message_delta"
-    delta: dict[str, Any]
-    usage: dict[str, Any] | None = None
+    delta: MessageDelta
+    usage: MessageDeltaUsage | None = None
 
 
 class MessageStopEvent(_Open):

@@ -15,7 +15,18 @@ import orjson
 import pytest
 
 import client_sdk
-from client_sdk.types import ChatCompletionStreamResponse, ContentBlockDeltaEvent, GenerateStreamResponse
+from client_sdk.types import (
+    ChatCompletionStreamResponse,
+    ContentBlockDeltaEvent,
+    ContentBlockStartEvent,
+    GenerateStreamResponse,
+    InputJSONDelta,
+    MessageDeltaEvent,
+    TextBlock,
+    TextDelta,
+    ThinkingBlock,
+    ToolUseBlock,
+)
 from tests.e2e.client_support import TOOL_SCRIPT, TOOLS, TcpProxy, live_sequences, serve_args, wait_until
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.server_proc import ServerProcess
@@ -80,6 +91,28 @@ def test_streaming_chat_with_tools_yields_typed_chunks_and_the_http_answer(tool_
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
     http = httpx.post(tool_server.url + "/v1/chat/completions", json=body, timeout=60).json()
     assert without_ids(whole.model_dump(mode="json", exclude_unset=True)) == without_ids(http)
+
+
+def test_messages_with_reasoning_and_a_tool_call_are_typed_down_to_each_block(tool_server: ServerProcess) -> None:
+    body: dict[str, Any] = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 200,
+                            "tools": [{"name": "get_weather", "description": "Weather for a city",
+                                       "input_schema": TOOLS[0]["function"]["parameters"]}]}
+    with client_sdk.Client(tool_server.url) as client:
+        message = client.messages.create(**body)
+        events = list(client.messages.create(**body, stream=True))
+    thinking, text, tool = message.content
+    assert isinstance(thinking, ThinkingBlock) and "wants the weather" in thinking.thinking
+    assert isinstance(text, TextBlock) and message.content[1].text == text.text  # type: ignore[union-attr]
+    assert text.text.strip() == "Let me check."
+    assert isinstance(tool, ToolUseBlock) and tool.name == "get_weather" and tool.input == {"city": "Paris"}
+    assert message.stop_reason == "tool_use"
+    starts = [e.content_block for e in events if isinstance(e, ContentBlockStartEvent)]
+    assert [type(b) for b in starts] == [ThinkingBlock, TextBlock, ToolUseBlock]
+    deltas = [e.delta for e in events if isinstance(e, ContentBlockDeltaEvent)]
+    assert "".join(d.text for d in deltas if isinstance(d, TextDelta)) == text.text
+    assert orjson.loads("".join(d.partial_json for d in deltas if isinstance(d, InputJSONDelta))) == {"city": "Paris"}
+    (end,) = [e for e in events if isinstance(e, MessageDeltaEvent)]
+    assert end.delta.stop_reason == "tool_use" and end.usage is not None and end.usage.output_tokens > 0
 
 
 def test_non_streaming_answers_equal_the_http_endpoints(server: ServerProcess) -> None:
