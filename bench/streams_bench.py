@@ -65,9 +65,12 @@ def _chat_body(i: int, tokens: int) -> dict[str, Any]:
             "max_tokens": tokens, "temperature": 0}
 
 
-def _content_chunk(chunk: dict[str, Any]) -> bool:
+def _content_tokens(chunk: dict[str, Any]) -> int:
+    """How many of the paced engine's tokens (one word each) a chunk's content carries: a delta that
+    a lagging session merged carries several, and each counts as received now."""
     choices = chunk.get("choices") or []
-    return bool(choices) and bool(choices[0].get("delta", {}).get("content"))
+    content = choices[0].get("delta", {}).get("content") if choices else None
+    return len(content.split()) if content else 0
 
 
 async def _arrive(i: int, c: int, ramp_s: float) -> None:
@@ -76,8 +79,7 @@ async def _arrive(i: int, c: int, ramp_s: float) -> None:
         await asyncio.sleep(ramp_s * i / c)
 
 
-async def _direct(engine_url: str, c: int, tokens: int, ramp_s: float, tag: str) -> list[Stream]:
-    conns = [await SseStream.connect(engine_url) for _ in range(c)]
+async def _direct(conns: list[SseStream], c: int, tokens: int, ramp_s: float, tag: str) -> list[Stream]:
     streams = [Stream(key=f"{tag}-{i}") for i in range(c)]
 
     async def read(conn: SseStream, s: Stream) -> None:
@@ -101,8 +103,7 @@ async def _direct(engine_url: str, c: int, tokens: int, ramp_s: float, tag: str)
     return streams
 
 
-async def _sse(server_url: str, c: int, tokens: int, ramp_s: float) -> list[Stream]:
-    conns = [await SseStream.connect(server_url) for _ in range(c)]
+async def _sse(conns: list[SseStream], c: int, tokens: int, ramp_s: float) -> list[Stream]:
     streams = [Stream() for _ in range(c)]
 
     async def read(conn: SseStream, s: Stream) -> None:
@@ -110,8 +111,8 @@ async def _sse(server_url: str, c: int, tokens: int, ramp_s: float) -> list[Stre
             if data == b"[DONE]":
                 break
             chunk = orjson.loads(data)
-            if _content_chunk(chunk):
-                s.recv_ns.append(time.monotonic_ns())
+            if n := _content_tokens(chunk):
+                s.recv_ns += [time.monotonic_ns()] * n
                 s.key = chunk["id"]
         conn.close()
 
@@ -126,7 +127,7 @@ async def _sse(server_url: str, c: int, tokens: int, ramp_s: float) -> list[Stre
     return streams
 
 
-async def _ws(ws_url: str, c: int, tokens: int, ramp_s: float) -> list[Stream]:
+async def _open_sessions(ws_url: str, c: int) -> list[Any]:
     from websockets.asyncio.client import connect
 
     async def open_one() -> Any:
@@ -135,9 +136,20 @@ async def _ws(ws_url: str, c: int, tokens: int, ramp_s: float) -> list[Stream]:
         await ws.recv()  # session.created
         return ws
 
-    sockets = []
+    sockets: list[Any] = []
     for start in range(0, c, 100):
         sockets += await asyncio.gather(*(open_one() for _ in range(start, min(c, start + 100))))
+    return sockets
+
+
+async def _connect(mode: str, url: str, c: int) -> list[Any]:
+    """The mode's connections (sessions: upgraded and created), opened before the clock starts."""
+    if mode == "ws":
+        return await _open_sessions("ws" + url[len("http"):], c)
+    return [await SseStream.connect(url) for _ in range(c)]
+
+
+async def _ws(sockets: list[Any], c: int, tokens: int, ramp_s: float) -> list[Stream]:
     streams = [Stream() for _ in range(c)]
 
     async def read(ws: Any, s: Stream) -> None:
@@ -147,8 +159,8 @@ async def _ws(ws_url: str, c: int, tokens: int, ramp_s: float) -> list[Stream]:
             kind = frame["type"]
             if kind == "chat.delta":
                 for chunk in frame["chunks"]:
-                    if _content_chunk(chunk):
-                        s.recv_ns.append(now)
+                    if n := _content_tokens(chunk):
+                        s.recv_ns += [now] * n
                         s.key = chunk["id"]
             elif kind in ("chat.done", "error"):
                 if kind == "error":
@@ -213,13 +225,15 @@ async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int
     out: dict[str, Any] = {}
     for mode in order:
         engine.emissions()  # forget earlier runs
+        conns = await _connect(mode, engine.url if mode == "direct" else server_url, c)
+        await asyncio.sleep(0.2)
         cpu0, t0, client0 = cpu_seconds(server_pid), time.perf_counter(), time.process_time()
         if mode == "direct":
-            streams = await _direct(engine.url, c, tokens, ramp_s, tag)
+            streams = await _direct(conns, c, tokens, ramp_s, tag)
         elif mode == "sse":
-            streams = await _sse(server_url, c, tokens, ramp_s)
+            streams = await _sse(conns, c, tokens, ramp_s)
         else:
-            streams = await _ws("ws" + server_url[len("http"):], c, tokens, ramp_s)
+            streams = await _ws(conns, c, tokens, ramp_s)
         wall, client_cpu = time.perf_counter() - t0, time.process_time() - client0
         cpu = cpu_seconds(server_pid) - cpu0
         out[mode] = summarize(streams, engine.emissions(), tokens, wall, None if mode == "direct" else cpu, idle,
@@ -238,8 +252,8 @@ def added(level: dict[str, Any]) -> dict[str, Any]:
 
 async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, levels: list[int], tokens: int,
                   ramp_s: float, rounds: int) -> tuple[float, list[dict[str, Any]]]:
-    await _sse(server_url, 2, 4, 0)  # warm-up: first render, first engine connection
-    await _ws("ws" + server_url[len("http"):], 2, 4, 0)
+    await _sse(await _connect("sse", server_url, 2), 2, 4, 0)  # warm-up: first render, first engine connection
+    await _ws(await _connect("ws", server_url, 2), 2, 4, 0)
     idle = await idle_cpu_rate(server_pid)
     results = []
     for c in levels:

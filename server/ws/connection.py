@@ -6,9 +6,10 @@ request in flight. The machine decides; this module only shuttles:
 - the **reader** feeds received messages to the machine, and stops reading while the outbox is
   full (so a client that does not read cannot make the server queue answers without bound);
 - **sending**: with a direct :class:`~server.ws.transport.FrameWriter` (uvicorn, no compression),
-  the frames that became ready during one loop tick are stamped with ``seq`` and leave in one
-  transport write at the end of the tick (``_flush``, scheduled once per tick), with no task switch;
-  a client that offered the ``tokenwire.batch`` subprotocol gets them as one ``batch`` message
+  a tick's first frame is stamped with ``seq`` and written at once (the task that made it writes
+  it, as an SSE response does), and the frames that became ready later in the same loop tick leave
+  in one transport write at its end (``_flush``, scheduled once per tick), with no task switch;
+  a client that offered the ``tokenwire.batch`` subprotocol gets all of them as one ``batch`` message
   (docs/protocol.md §6), so an engine step's deltas of every request of the session cost one
   message. When the transport is backed up (the client does not read), or without a direct
   writer, frames wait in the :class:`Outbox` (where a slow reader's pending deltas of one request
@@ -89,17 +90,17 @@ class _Report:
         self._conn = conn
 
     def generate_delta(self, request_id: str, chunk: dict[str, Any]) -> None:
-        self._conn.session.generate_delta(request_id, chunk, now=anyio.current_time())
+        self._conn.session.generate_delta(request_id, chunk, now=self._conn._now())
         self._conn.drain()
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
                        output_token_ids: list[int] | None, stream_id: str | None) -> None:
-        self._conn.session.pipeline_delta(request_id, payloads, now=anyio.current_time(), checkpoint=checkpoint,
+        self._conn.session.pipeline_delta(request_id, payloads, now=self._conn._now(), checkpoint=checkpoint,
                                           output_token_ids=output_token_ids, stream_id=stream_id)
         self._conn.drain()
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None:
-        self._conn.session.done(request_id, now=anyio.current_time(), result=result, usage=usage)
+        self._conn.session.done(request_id, now=self._conn._now(), result=result, usage=usage)
         self._conn.drain()
 
 
@@ -112,6 +113,8 @@ class Connection:
         self.batch = batch  # the client takes ``batch`` frames
         self.direct = direct  # writes frames to the transport itself (None: through ASGI)
         self._tick: list[ServerFrame] = []  # frames ready this loop tick, for ``_flush``
+        self._tick_open = False  # a frame left directly this tick; ``_flush`` is scheduled
+        self._now = anyio.current_time  # the clock (``run`` binds the loop's own)
         self.session = session
         self.stages = stages
         self.outbox = Outbox(outbox_capacity)
@@ -124,6 +127,9 @@ class Connection:
         self.limits = limits or (Limiter(), "")  # the client's rate and concurrency (server/limits.py)
 
     async def run(self) -> None:
+        # anyio.current_time() is the loop's clock, found through sniffio on every call (~1 µs);
+        # the session reads the clock on every frame, so bind it once.
+        self._now = asyncio.get_running_loop().time
         async with anyio.create_task_group() as tg:
             self._tg = tg
             self.drain()  # session.created
@@ -141,9 +147,13 @@ class Connection:
         if isinstance(action, Send):
             direct = self.direct
             if direct is not None and not self.outbox and not direct.backed_up and self._close is None:
-                if not self._tick:
+                if not self._tick_open:  # the tick's first frame leaves at once (latency) ...
+                    self._tick_open = True
                     asyncio.get_running_loop().call_soon(self._flush)
-                self._tick.append(action.frame)
+                    if not self.batch:
+                        direct.write([self._encode(action.frame)])
+                        return
+                self._tick.append(action.frame)  # ... later ones (and a batch client's) at its end
             else:
                 self.outbox.put(action.frame)
         elif isinstance(action, Cancel):
@@ -188,9 +198,9 @@ class Connection:
             return
         try:
             if scope.cancelled_caught:
-                self.session.aborted(start.id, now=anyio.current_time())
+                self.session.aborted(start.id, now=self._now())
             elif error is not None:
-                self.session.failed(start.id, error_info(error), now=anyio.current_time())
+                self.session.failed(start.id, error_info(error), now=self._now())
             self.drain()
         except Exception as exc:  # the machine refused our report: a bug on this side
             self._internal_error(exc)
@@ -209,12 +219,12 @@ class Connection:
             try:
                 text = message.get("text")
                 if text is None:
-                    self.session.receive_binary(now=anyio.current_time())
+                    self.session.receive_binary(now=self._now())
                 elif len(text) > THREAD_DECODE_CHARS:  # a long prompt: decode off the event loop
                     decoded = await anyio.to_thread.run_sync(self.session.decode, text)
-                    self.session.receive_decoded(decoded, now=anyio.current_time())
+                    self.session.receive_decoded(decoded, now=self._now())
                 else:
-                    self.session.receive_text(text, now=anyio.current_time())
+                    self.session.receive_text(text, now=self._now())
                 self.drain()
             except Exception as exc:
                 self._internal_error(exc)
@@ -250,6 +260,7 @@ class Connection:
     def _flush(self) -> None:
         """Write the frames of this tick (direct writer only): one write, one message when batched."""
         frames, self._tick = self._tick, []
+        self._tick_open = False
         if frames and self.direct is not None:
             encoded = [self._encode(frame) for frame in frames]
             if self.batch and len(encoded) > 1:
@@ -294,9 +305,9 @@ class Connection:
     async def _timer(self) -> None:
         while self.session.state is SessionState.OPEN:
             deadline = self.session.next_deadline()
-            delay = math.inf if deadline is None else max(0.0, deadline - anyio.current_time())
+            delay = math.inf if deadline is None else max(0.0, deadline - self._now())
             with anyio.move_on_after(delay):
                 await self._timer_wake.wait()
             self._timer_wake = anyio.Event()
-            self.session.tick(now=anyio.current_time())
+            self.session.tick(now=self._now())
             self.drain()

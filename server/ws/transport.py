@@ -19,7 +19,7 @@ until :meth:`FrameWriter.drained`.
 from __future__ import annotations
 
 import struct
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from websockets.protocol import OPEN, Protocol
@@ -80,7 +80,7 @@ class FrameWriter:
         return True
 
 
-def frame_writer(scope: dict[str, Any]) -> FrameWriter | None:
+def frame_writer(scope: Mapping[str, Any]) -> FrameWriter | None:
     """The direct writer for this WebSocket scope, or None where the ASGI send must be used (another
     server or protocol implementation, or a compression extension in use)."""
     protocol = getattr(scope.get(RAW_SEND_KEY), "__self__", None)
