@@ -12,7 +12,7 @@ import pytest
 
 from tests.e2e.browser_cdp import Browser, chromium_path
 from tests.e2e.client_support import serve_args
-from tests.e2e.test_client_readme import readme_blocks
+from tests.e2e.test_readme import readme_blocks
 from tests.support.server_proc import ServerProcess
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
