@@ -205,7 +205,10 @@ class ChatDerenderer:
 # --- non-streaming ---------------------------------------------------------------------------------
 
 
-def _message(pieces: Sequence[Piece], request_id: str, choice: int) -> dict[str, Any]:
+def _message(pieces: Sequence[Piece], request_id: str, choice: int, *, reasoning_split: bool = False) -> dict[str, Any]:
+    """The non-streaming message. An empty ``content`` is ``null`` when calls were made or a
+    reasoning parser split the output (a reasoning-only answer), as vLLM returns it; without a
+    reasoning parser and calls an empty output is ``""`` (vLLM's text)."""
     content = "".join(p.content for p in pieces)
     reasoning = "".join(p.reasoning for p in pieces)
     calls: dict[int, dict[str, Any]] = {}
@@ -218,7 +221,8 @@ def _message(pieces: Sequence[Piece], request_id: str, choice: int) -> dict[str,
             elif c.name and not call["function"]["name"]:
                 call["function"]["name"] = c.name
             call["function"]["arguments"] += c.arguments
-    message: dict[str, Any] = {"role": "assistant", "content": content if content or not calls else None,
+    message: dict[str, Any] = {"role": "assistant",
+                               "content": content if content or not (calls or reasoning_split) else None,
                                "refusal": None, "annotations": None, "audio": None, "function_call": None}
     if calls:
         message["tool_calls"] = [calls[i] for i in sorted(calls)]
@@ -238,7 +242,10 @@ def chat_response(derenderer: ChatDerenderer, response: GenerateResponse) -> dic
         if entries is not None and derenderer.want_logprobs:
             lp = chat_logprobs(derenderer.spec.table, entries[: piece.counted], derenderer.top_logprobs)
         choices.append({
-            "index": gc.index, "message": _message([piece], derenderer.request_id, gc.index), "logprobs": lp,
+            "index": gc.index,
+            "message": _message([piece], derenderer.request_id, gc.index,
+                                reasoning_split=derenderer.spec.reasoning_parser is not None),
+            "logprobs": lp,
             "finish_reason": piece.finish_reason, "stop_reason": piece.stop_reason,
             "token_ids": list(ids[: piece.counted]) if derenderer.return_token_ids else None,
             "routed_experts": None,

@@ -296,3 +296,24 @@ def test_logprobs_are_streamed_with_the_tokens_that_produced_them(tok: Any) -> N
     assert step.chunk is not None
     assert step.chunk["choices"][0]["logprobs"]["content"][0]["token"] == "a"
     assert step.chunk["choices"][0]["logprobs"]["content"][0]["top_logprobs"] == []  # top_logprobs 0 asked
+
+
+# --- empty content (issue 20 item 4) ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("tools", [False, True])
+def test_a_reasoning_only_answer_has_null_content_as_vllm(tok: Any, tools: bool) -> None:
+    req = _req(tools=[WEATHER]) if tools else _req()
+    for ids, finish in ((_ids(tok, "<think>\nLet me think.\n</think>"), "stop"),
+                        (_ids(tok, "Still thinking", eos=False), "length")):
+        out = _whole(_derenderer(tok, req, parsers=tools, reasoning=True), ids, finish)
+        message = out["choices"][0]["message"]
+        assert message["content"] is None
+        assert message["reasoning"] in ("\nLet me think.\n", "Still thinking")
+        chunks = _stream(_derenderer(tok, req, parsers=tools, reasoning=True), ids, finish=finish)
+        assert all(c["choices"][0]["delta"]["content"] is None for c in chunks)
+
+
+def test_without_a_reasoning_parser_an_empty_answer_is_an_empty_string(tok: Any) -> None:
+    out = _whole(_derenderer(tok, None, parsers=False), [tok.eos_token_id])
+    assert out["choices"][0]["message"]["content"] == ""

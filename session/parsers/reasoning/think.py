@@ -5,9 +5,8 @@ prompt) unless the prompt already ended the reasoning section; the first ``<thin
 reasoning is dropped; the first ``</think>`` ends reasoning and is dropped; everything after it is
 content, verbatim. A tag split across deltas is held back until it is complete or cannot be.
 
-State between feeds: the mode, the held-back text (a partial tag, or for qwen3 a ``<tool_call>``
-waiting to see what follows), whether ``<think>`` was dropped already, whether the implicit-end
-check was made. Never the reasoning text itself.
+State between feeds: the mode, the held-back text (a partial tag, qwen3's ``<tool_call>``
+included), whether ``<think>`` was dropped already. Never the reasoning text itself.
 """
 
 from __future__ import annotations
