@@ -13,7 +13,8 @@ reopened when it drops.
   so a request whose task is being cancelled still cancels at the server.
 - **Keep-alive**: ``ping`` frames (§4.9) keep an idle session open and detect a dead peer.
 - **Reconnect**: when the socket drops, every in-flight request's channel fails with
-  :class:`Interrupted` (a resumable stream then resumes, §8), and the session is reopened with
+  :class:`Interrupted` (a resumable stream then resumes, §8), as does a request the server ends
+  with ``session_closed`` because the session is closing (§3); the session is reopened with
   exponential backoff, trying the next replica URL first; settings changed with
   ``session.update`` are sent again on the new session before anything else.
 """
@@ -290,6 +291,13 @@ class WebSocketTransport:
                 return  # e.g. unknown_id for a cancel that crossed the request's final frame
             if isinstance(frame, ErrorFrame) and frame.error.get("code") == "unknown_id":
                 return  # the answer to our cancel, not about the request itself
+            if isinstance(frame, ErrorFrame) and frame.error.get("code") == "session_closed":
+                # The session is closing under this request (its close frame follows): as when
+                # the connection drops, a resumable stream resumes on the next session.
+                self._connected.clear()
+                channel.fail(Interrupted(str(frame.error.get("message") or "the session closed")))
+                self._end(request_id)
+                return
             channel.put(frame)
             if frame.type in FINAL_TYPES:
                 self._end(request_id)

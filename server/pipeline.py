@@ -96,6 +96,7 @@ class _Prepared:
     created: int = 0
     resume_events: dict[str, Any] | None = None  # Anthropic event state of a resumed messages stream
     output_digest: OutputDigest | None = None  # of the output ids a resumed stream was given
+    context: str | None = None  # the checkpoints' request-context digest (see Pipeline._binding)
 
 
 class OutputDigest:
@@ -250,9 +251,14 @@ class Pipeline:
 
     def _binding(self, prep: _Prepared, index: int) -> StateBinding:
         req = prep.requests[0]
-        return StateBinding(req.request_id or "", index, context_digest(
-            "pipeline", prep.kind, {k: v for k, v in prep.body.items() if k not in ("stream", "request_id")},
-            req.token_ids[-64:], len(req.token_ids), self.parser_names, self.ctx.model_name))
+        if prep.context is None:
+            # Once, from the rendered prompt: a resumed stream's engine prompt also holds the
+            # earlier output, and its checkpoints must bind to the same context as the first
+            # stream's, so that it can be resumed again.
+            prep.context = context_digest(
+                "pipeline", prep.kind, {k: v for k, v in prep.body.items() if k not in ("stream", "request_id")},
+                req.token_ids[-64:], len(req.token_ids), self.parser_names, self.ctx.model_name)
+        return StateBinding(req.request_id or "", index, prep.context)
 
     def _resume(self, prep: _Prepared, resume: dict[str, Any]) -> int:
         """Restore the derenderer from a checkpoint and extend the engine prompt with the output

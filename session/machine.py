@@ -14,6 +14,12 @@ Rules of this file (after h11's ``_state.py``):
 
 Checks that come before the request table (gating, in-flight limit, derender-state order) answer
 with an ``error`` frame and leave the request ``IDLE``; see docs/protocol.md.
+
+A session that closes (a violation, its lifetime, an internal error) first ends every request it
+accepted with its final frame (``error`` ``session_closed``, or the cancelled frame of a request the
+client was cancelling), then emits :class:`Close`: every request frame gets exactly one final frame.
+Refusals for load (``too_many_requests``) are not protocol errors: they do not count towards the
+consecutive-error close.
 """
 
 from __future__ import annotations
@@ -131,11 +137,15 @@ class _Request:
     event_id: str | None
     state: RequestState = RequestState.RUNNING
     undo: Undo | None = None  # state-ledger entry to restore when the step fails
+    restart: bool = False  # a derender step with no stream_state: (re)starts its stream
 
 
 _FRAME_ERROR_STATUS = {"invalid_frame": 400, "unknown_type": 400, "duplicate_id": 409, "unknown_id": 404,
                        "not_enabled": 404, "too_many_requests": 429, "bad_state": 400,
                        "model_not_found": 404}
+# Refusals for load: the client did nothing wrong (it may retry), so they are not counted towards
+# the consecutive-error close (docs/protocol.md §3, §7).
+_LOAD_REFUSALS = frozenset({"too_many_requests", "rate_limited"})
 
 
 class Session:
@@ -314,7 +324,11 @@ class Session:
         pass
 
     def _do_close(self, event: Event, close: Close) -> None:
-        self._requests.clear()  # Close stops all work; late work events are ignored in CLOSING
+        # Every accepted request gets its final frame before the close frame (docs/protocol.md §3);
+        # Close then stops all work, and late work events are ignored in CLOSING.
+        for req in self._requests.values():
+            self._emit(_cancelled_frame(req) if req.state is RequestState.CANCELLING else _closed_frame(req, close))
+        self._requests.clear()
         self._close = close
         self._actions.append(close)
 
@@ -345,7 +359,8 @@ class Session:
     def _session_update(self, frame: f.SessionUpdate) -> None:
         try:
             self.settings = apply_patch(self.settings, frame.session, default_model=self.config.model,
-                                        models=self._models, event_id=frame.event_id)
+                                        models=self._models, event_id=frame.event_id,
+                                        max_bytes=self.config.max_settings_bytes)
         except f.FrameError as exc:
             self._frame_error(exc)
             return
@@ -370,6 +385,7 @@ class Session:
     # -- request effects ---------------------------------------------------------------------
     def _do_start(self, request_id: str, req: None, frame: f.RequestFrame) -> None:
         undo = None
+        restart = isinstance(frame, f.Derender) and frame.body.get("stream_state") is None
         if isinstance(frame, f.Derender):
             try:
                 undo = self._consume_state(frame)
@@ -391,7 +407,7 @@ class Session:
             action = StartPipeline(frame.id, frame.type, apply_defaults(frame.type, frame.body, self.settings),
                                    resume, resumable)
         self._strikes = 0
-        self._requests[request_id] = _Request(request_id, frame.type, frame.event_id, undo=undo)
+        self._requests[request_id] = _Request(request_id, frame.type, frame.event_id, undo=undo, restart=restart)
         self._actions.append(action)
 
     def _do_duplicate_id(self, request_id: str, req: _Request, frame: f.RequestFrame) -> None:
@@ -419,6 +435,8 @@ class Session:
         if req.type == "render":
             frame = sf.RenderDone(id=request_id, result=result)
         elif req.type == "derender":
+            if req.restart:
+                self._restart_stream(result)
             frame = sf.DerenderDelta(id=request_id, result=result)
         elif req.type == "generate":
             frame = sf.GenerateDone(id=request_id, status="completed", usage=usage)
@@ -449,6 +467,20 @@ class Session:
                                f"after {exc.last}, the latest this session has used for the stream; send the "
                                "stream_state of the latest derender.delta of this stream.", exc.reason) from None
 
+    def _restart_stream(self, result: Any) -> None:
+        """A step with ``stream_state: null`` succeeded: it (re)started the stream its returned
+        state names, so forget what the session remembered of an earlier stream under the same
+        request (docs/protocol.md §9): the new stream's states are checked from its first one."""
+        state = result.get("stream_state") if isinstance(result, dict) else None
+        if self._tagger is None or not isinstance(state, str):
+            return
+        try:
+            tag = self._tagger(state)
+        except StateError:
+            return
+        if tag is not None:
+            self._ledger.forget(tag.stream)
+
     def _undo_state(self, req: _Request) -> None:
         if req.undo is not None:
             self._ledger.undo(req.undo)
@@ -464,6 +496,8 @@ class Session:
         error = sf.ErrorInfo(exc.code, exc.message, status=status, param=exc.param,
                             reason=exc.reason)
         self._emit(sf.ErrorFrame(event_id=exc.event_id, id=request_id, error=error.as_dict()))
+        if exc.code in _LOAD_REFUSALS:
+            return
         self._strikes += 1
         if self._strikes > self.config.max_consecutive_errors:
             self._event(E.VIOLATION, Close(f.CLOSE_POLICY_VIOLATION, "too many invalid frames"))
@@ -483,6 +517,16 @@ def _cancelled_frame(req: _Request) -> sf.ServerFrame:
         return sf.DONE_FRAME_OF[req.type](id=req.id, status="cancelled", event_id=req.event_id)
     # render and derender have no done-with-status frame: a cancelled one ends with an error frame
     error = sf.ErrorInfo("cancelled", f"The {req.type} request was cancelled.", status=499)
+    return sf.ErrorFrame(event_id=req.event_id, id=req.id, error=error.as_dict())
+
+
+def _closed_frame(req: _Request, close: Close) -> sf.ServerFrame:
+    """The final frame of a request the session's close ends: ``error`` ``session_closed`` (503: retry
+    it on a new session; a resumable stream resumes from its last checkpoint)."""
+    error = sf.ErrorInfo(
+        "session_closed", f"The session is closing ({close.reason}, close code {close.code}) before this "
+        f"{req.type} request finished; send it again on a new session (a resumable stream resumes from "
+        "its last checkpoint).", status=503)
     return sf.ErrorFrame(event_id=req.event_id, id=req.id, error=error.as_dict())
 
 

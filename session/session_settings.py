@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+import orjson
 from pydantic import ValidationError
 
 from session.frames import FrameError, Kind, SamplingDefaults, SessionPatch, describe
@@ -18,6 +19,9 @@ from session.frames import FrameError, Kind, SamplingDefaults, SessionPatch, des
 _OPENAI_FIELDS = {name: name for name in SamplingDefaults.model_fields}
 _ANTHROPIC_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                      "max_tokens": "max_tokens", "stop": "stop_sequences"}
+# The session settings, as session.updated echoes them, may take this many bytes of JSON: a
+# session.update that would pass it is refused, so no session holds (or echoes) more.
+MAX_SETTINGS_BYTES = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,11 +35,13 @@ class SessionConfig:
     max_lifetime: float | None = 24 * 3600.0
     max_consecutive_errors: int = 32
     state_ledger_size: int = 4096
+    max_settings_bytes: int = MAX_SETTINGS_BYTES
     server: dict[str, str] = field(default_factory=lambda: {"name": "tokenwire"})
 
     def limits(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {"max_frame_bytes": self.max_frame_bytes,
-                                       "max_in_flight": self.max_in_flight}
+                                       "max_in_flight": self.max_in_flight,
+                                       "max_settings_bytes": self.max_settings_bytes}
         if self.idle_timeout is not None:
             out["idle_timeout_s"] = self.idle_timeout
         if self.max_lifetime is not None:
@@ -56,8 +62,10 @@ class SessionSettings:
 
 
 def apply_patch(current: SessionSettings, patch: SessionPatch, *, default_model: str,
-                models: frozenset[str], event_id: str | None = None) -> SessionSettings:
-    """The settings after ``patch`` (absent: unchanged; null: server default; maps merge by key)."""
+                models: frozenset[str], event_id: str | None = None,
+                max_bytes: int = MAX_SETTINGS_BYTES) -> SessionSettings:
+    """The settings after ``patch`` (absent: unchanged; null: server default; maps merge by key),
+    refused when their JSON would pass ``max_bytes``."""
     given = patch.model_fields_set
     out = current
     if "model" in given:
@@ -79,7 +87,22 @@ def apply_patch(current: SessionSettings, patch: SessionPatch, *, default_model:
         out = replace(out, chat_template_kwargs=_merge(out.chat_template_kwargs, patch.chat_template_kwargs))
     if "resumable" in given:
         out = replace(out, resumable=bool(patch.resumable))
+    _check_size(out, given, max_bytes, event_id)
     return out
+
+
+def _check_size(settings: SessionSettings, given: set[str], max_bytes: int, event_id: str | None) -> None:
+    data = settings.as_dict()
+    total = len(orjson.dumps(data))
+    if total <= max_bytes:
+        return
+    sizes = {name: len(orjson.dumps(value)) for name, value in data.items()}
+    # name the field of this update that holds the most
+    field_name = max((name for name in sizes if name in given), key=sizes.__getitem__, default="chat_template_kwargs")
+    raise FrameError("invalid_frame", f"Invalid session.update frame: the session settings would take {total} bytes "
+                     f"of JSON, over the limit of {max_bytes} (max_settings_bytes in session.created.limits); "
+                     "send smaller values, or remove keys by setting them to null.",
+                     event_id=event_id, param=f"session.{field_name}")
 
 
 def _merge(base: dict[str, Any], patch: dict[str, Any] | None) -> dict[str, Any]:

@@ -3,7 +3,8 @@
 A signed derender state names its stream (request id, choice index, request digest) and a sequence
 number that grows by one per step. Within one session, the states a client sends for a stream must
 have strictly increasing sequence numbers: an equal one is a replay, a smaller one is reordered.
-A stream the session has not seen (first step, or continued from another socket) is accepted.
+A stream the session has not seen (first step, or continued from another socket) is accepted, and
+so is a stream restarted from its start (the session forgets the stream when that first step succeeds).
 The ledger is bounded (least recently used streams are forgotten first).
 """
 
@@ -63,6 +64,10 @@ class StateLedger:
             self._last.pop(undo.stream, None)
         else:
             self._remember(undo.stream, undo.previous)
+
+    def forget(self, stream: Hashable) -> None:
+        """Forget ``stream``: its states are checked afresh (a stream restarted from its start)."""
+        self._last.pop(stream, None)
 
     def _remember(self, stream: Hashable, seq: int) -> None:
         self._last[stream] = seq

@@ -12,7 +12,10 @@
 // to grow by one, many requests multiplexed on one socket by `id`, async-iterator streams of
 // OpenAI chunks / Anthropic events / engine steps, `cancel`, the primitive `render`, `generate`
 // and `derender` frames (with the derender state carried for you), `session.update`, `ping`
-// keep-alive, and typed errors from `error` frames and closes.
+// keep-alive, and typed errors from `error` frames and closes. At most the server's
+// `max_in_flight` requests are on the wire at once: later ones wait here, in order, and are sent
+// as earlier ones end (never refused with `too_many_requests`); cancelling one that waits ends it
+// at once.
 
 export const PROTOCOL = "tokenwire.v1";
 export const AUTH_PREFIX = "tokenwire.auth.";
@@ -87,7 +90,9 @@ export class Session {
     this.closeCode = null;
     this.closeReason = "";
     this.onclose = null; // callback(session) when the socket closes
-    this._requests = new Map(); // id → RequestStream
+    this._requests = new Map(); // id → RequestStream (sent or waiting)
+    this._queue = []; // [frame, stream] waiting for a free slot (max_in_flight)
+    this._inFlight = 0; // requests sent whose final frame has not arrived
     this._waiters = new Map(); // event_id → {resolve, reject}
     this._counter = 0;
     this._keepaliveMs = keepaliveMs;
@@ -153,10 +158,16 @@ export class Session {
   /** Cancel a request by id; its stream ends with status "cancelled". */
   cancel(id) {
     const request = this._requests.get(id);
-    if (request && !request.cancelling) {
-      request.cancelling = true;
-      this._send({ type: "cancel", id });
-    }
+    if (!request || request.cancelling) return;
+    request.cancelling = true;
+    const waiting = this._queue.findIndex(([, stream]) => stream === request);
+    if (waiting < 0) { this._send({ type: "cancel", id }); return; }
+    // never sent: end it here, as the server would have
+    this._queue.splice(waiting, 1);
+    this._requests.delete(id);
+    request._push(request.type === "render" || request.type === "derender"
+      ? { type: "error", id, error: { code: "cancelled", message: `The ${request.type} request was cancelled.`, status: 499 } }
+      : { type: `${request.type}.done`, id, status: "cancelled" });
   }
 
   /** `session.update`: resolves with the effective settings. */
@@ -185,8 +196,19 @@ export class Session {
     const id = `${frame.type}-${++this._counter}`;
     const stream = new RequestStream(this, id, frame.type);
     this._requests.set(id, stream);
-    this._send({ ...frame, id });
+    this._queue.push([{ ...frame, id }, stream]);
+    this._pump();
     return stream;
+  }
+
+  /** Send waiting requests while the server's max_in_flight allows (docs/protocol.md §10). */
+  _pump() {
+    const limit = this.limits.max_in_flight ?? Infinity;
+    while (this._queue.length > 0 && this._inFlight < limit) {
+      const [frame] = this._queue.shift();
+      this._inFlight += 1;
+      this._send(frame);
+    }
   }
 
   _send(frame) {
@@ -218,8 +240,12 @@ export class Session {
       const request = this._requests.get(frame.id);
       if (!request) return; // e.g. unknown_id for a cancel that crossed the final frame
       if (frame.type === "error" && frame.error.code === "unknown_id") return;
-      if (FINAL.has(frame.type)) this._requests.delete(frame.id);
       request._push(frame);
+      if (FINAL.has(frame.type)) {
+        this._requests.delete(frame.id);
+        this._inFlight -= 1;
+        this._pump();
+      }
       return;
     }
     const waiter = this._waiters.get(frame.event_id);
@@ -249,6 +275,7 @@ export class Session {
     if (this._opened) { this._opened.reject(error); this._opened = null; }
     for (const request of this._requests.values()) request._fail(error);
     this._requests.clear();
+    this._queue = [];
     for (const waiter of this._waiters.values()) waiter.reject(error);
     this._waiters.clear();
     if (this.onclose) this.onclose(this);

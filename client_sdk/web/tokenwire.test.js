@@ -88,6 +88,25 @@ export const tests = {
     } finally { s.close(); }
   },
 
+  async "more requests than max_in_flight wait in the client and each ends with its own final frame"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const limit = s.limits.max_in_flight;
+      assert(Number.isInteger(limit) && limit > 0, `max_in_flight ${limit}`);
+      const streams = Array.from({ length: limit + 40 }, (_, i) => s.chat({ messages: USER, max_tokens: 2, seed: i,
+        temperature: 1 }));
+      const waiting = streams[streams.length - 1];
+      waiting.cancel(); // never sent yet: it ends at once, cancelled
+      const results = await Promise.allSettled(streams.map(collect));
+      const failed = results.filter((r) => r.status === "rejected").map((r) => `${r.reason.code}: ${r.reason.message}`);
+      assert(failed.length === 0, `${failed.length} failed, e.g. ${failed[0]}`);
+      assert(waiting.status === "cancelled", `the waiting request that was cancelled: ${waiting.status}`);
+      const completed = streams.filter((st) => st.status === "completed").length;
+      assert(completed === limit + 39, `${completed} completed`);
+      await s.ping();
+    } finally { s.close(); }
+  },
+
   async "cancel ends a running request with status cancelled; the session lives on"({ apiKey }) {
     const s = await connect({ apiKey });
     try {

@@ -151,6 +151,28 @@ def test_replayed_and_reordered_states_are_refused_by_a_session_and_repeat_over_
     assert again[0]["chunk"]["choices"] == again[1]["chunk"]["choices"] == second["chunk"]["choices"]
 
 
+def test_a_restarted_stream_is_accepted_at_every_step_over_websocket(
+        replica_a: ServerProcess, token_ids: list[int]) -> None:
+    # Restarting under the same request id used to be accepted at step 1 (stream_state null) and
+    # refused at step 2 as reordered: the session still remembered the earlier stream.
+    pieces = [token_ids[:3], token_ids[3:6], token_ids[6:9]]
+    ws = open_session(replica_a.ws_url)
+    try:
+        for run in ("first", "restarted"):
+            state, used, text = None, None, ""
+            for k, piece in enumerate(pieces):
+                frame = ws_step(ws, f"{run}{k}", body(piece, state))
+                assert frame["type"] == "derender.delta", frame
+                used, state = state, frame["result"]["stream_state"]
+                text += frame["result"]["chunk"]["choices"][0]["delta"].get("content") or ""
+            assert text == OUTPUT[:len(text)] and text
+        # within the restarted stream, the usual rule: a state it used already is a replay
+        again = ws_step(ws, "again", body(pieces[2], used))
+        assert (again["error"]["code"], again["error"]["reason"]) == ("bad_state", "replayed")
+    finally:
+        ws.close()
+
+
 # -- resume checkpoints of pipeline streams (WebSocket) ----------------------------------------------------
 @pytest.fixture(scope="module")
 def engine_server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:

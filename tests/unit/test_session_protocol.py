@@ -8,7 +8,7 @@ import pytest
 
 from session import frames as f
 from session import server_frames as sf
-from session.actions import Close, Start, StartGenerate, StartPipeline, StartRender
+from session.actions import Close, Send, Start, StartGenerate, StartPipeline, StartRender
 from session.errors import StateError
 from session.machine import Session, SessionConfig
 from session.state_ledger import StateTag
@@ -124,6 +124,60 @@ def test_requests_past_max_in_flight_are_refused_until_one_finishes() -> None:
     assert pair.server.session.in_flight == 2
 
 
+def test_a_burst_past_max_in_flight_is_refused_for_load_and_never_closes_the_session() -> None:
+    # 97 requests at once used to close the session (1008): the 33rd consecutive too_many_requests
+    # counted as a protocol error, and the 64 accepted requests never got a final frame.
+    pair = Pair.open(script=hold)  # the defaults: max_in_flight 64, 32 consecutive errors
+    refused = [fr for i in range(200) for fr in pair.send(f.Chat(id=f"c{i}", body={}))]
+    assert pair.server.closed is None
+    assert [fr.id for fr in refused] == [f"c{i}" for i in range(64, 200)]  # type: ignore[union-attr]
+    assert all(isinstance(fr, sf.ErrorFrame) and fr.error["code"] == "too_many_requests" for fr in refused)
+    for i in range(64):
+        pair.server.finish(f"c{i}")
+    pair.pump()
+    for i in range(64):
+        assert [fr.type for fr in pair.client.of(f"c{i}")] == ["chat.done"]
+    assert [fr.type for fr in pair.send(f.Ping())] == ["pong"]
+
+
+def test_load_refusals_neither_count_nor_reset_the_invalid_frame_count() -> None:
+    pair = Pair.open(script=hold, max_in_flight=1, max_consecutive_errors=3)
+    pair.send(f.Chat(id="a", body={}))
+    for k in range(3):
+        pair.send(b'{"type": "nope"}')
+        pair.send(f.Chat(id=f"busy{k}", body={}))  # too_many_requests between invalid frames
+    assert pair.server.closed is None
+    pair.send(b'{"type": "nope"}')  # the 4th invalid frame in a row, load refusals aside
+    assert pair.server.closed == Close(1008, "too many invalid frames")
+
+
+def test_a_closing_session_first_ends_every_accepted_request_with_its_final_frame() -> None:
+    pair = Pair.open(script=hold)
+    pair.send(f.Chat(id="c", event_id="e1", body={}))
+    pair.send(f.Render(id="r", kind="chat", body={}))
+    pair.send(f.Completion(id="x", body={}))
+    pair.server.held.pop("x")  # its work does not stop at once when cancelled:
+    pair.send(f.Cancel(id="x"))  # the client is still cancelling it at the close
+    pair.server.session.pipeline_delta("c", [{"n": 1}], now=0.0)
+    pair.server.run()
+    pair.pump()
+    frames = pair.send(b"[1, 2]")  # a violation: close 1002
+    assert pair.server.closed == Close(1002, "frame is not a JSON object")
+    by_id = {fr.id: fr for fr in frames}  # type: ignore[union-attr]
+    assert set(by_id) == {"c", "r", "x"} and len(frames) == 3
+    for rid in ("c", "r"):
+        error = by_id[rid]
+        assert isinstance(error, sf.ErrorFrame)
+        assert (error.error["code"], error.error["status"]) == ("session_closed", 503)
+        assert "close code 1002" in error.error["message"]
+    assert by_id["c"].event_id == "e1"
+    assert isinstance(by_id["x"], sf.CompletionDone) and by_id["x"].status == "cancelled"
+    # each request got exactly one final frame, and nothing comes after the close
+    assert [fr.type for fr in pair.client.of("c")] == ["chat.delta", "error"]
+    pair.server.session.done("c", now=0.0)
+    assert pair.pump() == []
+
+
 @pytest.mark.parametrize("frame", [
     f.Render(id="r", kind="chat", body={}), f.Derender(id="d", kind="chat", body={}),
     f.Generate(id="g", body={}), f.Chat(id="c", body={}),
@@ -162,7 +216,8 @@ def test_a_known_frame_with_bad_fields_is_an_invalid_frame_error_naming_the_fiel
 def test_envelope_violations_close_with_their_code(data: bytes, code: int) -> None:
     pair = Pair.open(script=hold)
     pair.send(f.Chat(id="c", body={}))
-    assert pair.send(data) == []
+    (final,) = pair.send(data)  # the request in flight gets its final frame before the close
+    assert isinstance(final, sf.ErrorFrame) and (final.id, final.error["code"]) == ("c", "session_closed")
     assert pair.server.closed is not None and pair.server.closed.code == code
     assert pair.server.session.in_flight == 0
     assert pair.send(f.Ping()) == []  # a closing session answers nothing
@@ -224,7 +279,11 @@ def test_max_lifetime_closes_even_with_requests_in_flight() -> None:
     s.actions()
     assert s.next_deadline() == 30
     s.tick(now=30.0)
-    assert s.actions() == [Close(1001, "session lifetime reached")]
+    final, close = s.actions()
+    assert close == Close(1001, "session lifetime reached")
+    # the request in flight ends with its final frame first, telling the client to send it again
+    assert isinstance(final, Send) and isinstance(final.frame, sf.ErrorFrame)
+    assert (final.frame.id, final.frame.error["code"], final.frame.error["status"]) == ("c", "session_closed", 503)
     assert s.in_flight == 0
 
 
@@ -258,6 +317,35 @@ def test_a_bad_session_update_is_an_error_and_changes_nothing(patch: bytes, code
     assert isinstance(error, sf.ErrorFrame)
     assert (error.error["code"], error.error["param"]) == (code, param)
     assert pair.server.session.settings == before
+
+
+def test_session_settings_are_bounded_a_larger_update_is_refused_and_the_session_lives_on() -> None:
+    # chat_template_kwargs merged key by key used to grow without bound, and session.updated echoed it all.
+    pair = Pair.open(max_settings_bytes=10_000)
+    assert pair.client.received[0].limits["max_settings_bytes"] == 10_000  # type: ignore[union-attr]
+    answers = [fr for k in range(10) for fr in pair.send(f.SessionUpdate(
+        event_id=f"u{k}", session=f.SessionPatch(chat_template_kwargs={f"k{k}": "x" * 3000})))]
+    assert [fr.type for fr in answers] == ["session.updated"] * 3 + ["error"] * 7
+    for error in answers[3:]:
+        assert isinstance(error, sf.ErrorFrame) and error.id is None
+        assert (error.error["code"], error.error["param"]) == ("invalid_frame", "session.chat_template_kwargs")
+        assert "max_settings_bytes" in error.error["message"]
+    assert sorted(pair.server.session.settings.chat_template_kwargs) == ["k0", "k1", "k2"]
+    assert all(len(fr.encode()) < 10_000 + 200 for fr in answers)
+    # removing keys makes room again; a large stop list counts too
+    (updated,) = pair.send(f.SessionUpdate(session=f.SessionPatch(chat_template_kwargs={"k0": None, "k1": None})))
+    assert updated.type == "session.updated"
+    (error,) = pair.send(f.SessionUpdate(session=f.SessionPatch(sampling={"stop": ["y" * 100] * 100})))
+    assert isinstance(error, sf.ErrorFrame) and error.error["param"] == "session.sampling"
+    assert [fr.type for fr in pair.send(f.Ping())] == ["pong"]
+
+
+def test_refused_session_updates_count_as_invalid_frames() -> None:
+    pair = Pair.open(max_settings_bytes=1000, max_consecutive_errors=2)
+    big = f.SessionUpdate(session=f.SessionPatch(chat_template_kwargs={"k": "x" * 2000}))
+    for _ in range(3):
+        pair.send(big)
+    assert pair.server.closed == Close(1008, "too many invalid frames")
 
 
 def test_session_defaults_fill_unset_body_fields_and_never_override_the_request() -> None:
@@ -364,3 +452,47 @@ def test_two_concurrent_steps_with_the_same_state_are_a_replay() -> None:
     pair.send(f.Derender(id="d1", kind="chat", body={"stream_state": "ok:s:1"}))
     frame = derender(pair, "ok:s:1", rid="d2")
     assert isinstance(frame, sf.ErrorFrame) and frame.error["reason"] == "replayed"
+
+
+def stepping(start: Start) -> list[tuple[Any, ...]]:
+    """A derender step that returns the next state of its stream ("ok:s:1" after null)."""
+    state = start.body.get("stream_state")
+    seq = int(state.rsplit(":", 1)[1]) if isinstance(state, str) else 0
+    return [("done", {"chunk": {}, "stream_state": f"ok:s:{seq + 1}"})]
+
+
+def test_a_stream_restarted_under_the_same_request_is_checked_afresh_at_every_step() -> None:
+    # It used to be accepted at its first step (stream_state null) and refused at its second as
+    # reordered / replayed, the session still remembering the earlier stream.
+    pair = derender_pair(stepping)
+    state = None
+    for _ in range(3):
+        state = derender(pair, state).result["stream_state"]  # type: ignore[union-attr]
+    assert state == "ok:s:3"
+    state = None  # restart the stream from its start
+    for _ in range(4):
+        frame = derender(pair, state)
+        assert frame.type == "derender.delta", frame
+        state = frame.result["stream_state"]
+    assert state == "ok:s:4"
+    # within the restarted stream the rule is the usual one
+    replayed = derender(pair, "ok:s:3")
+    assert isinstance(replayed, sf.ErrorFrame) and replayed.error["reason"] == "replayed"
+    reordered = derender(pair, "ok:s:2")
+    assert isinstance(reordered, sf.ErrorFrame) and reordered.error["reason"] == "reordered"
+
+
+def test_a_failed_restart_changes_nothing() -> None:
+    outcomes = iter([False, False, True])
+
+    def script(start: Start) -> list[tuple[Any, ...]]:
+        if next(outcomes):
+            return [("fail", sf.ErrorInfo("invalid_request", "bad chunk"))]
+        return stepping(start)
+
+    pair = derender_pair(script)
+    s1 = derender(pair, None).result["stream_state"]  # type: ignore[union-attr]
+    assert derender(pair, s1).type == "derender.delta"
+    assert derender(pair, None).type == "error"  # the restart failed: the stream is still remembered
+    replayed = derender(pair, s1)
+    assert isinstance(replayed, sf.ErrorFrame) and replayed.error["reason"] == "replayed"
