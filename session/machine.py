@@ -523,10 +523,10 @@ def _cancelled_frame(req: _Request) -> sf.ServerFrame:
 def _closed_frame(req: _Request, close: Close) -> sf.ServerFrame:
     """The final frame of a request the session's close ends: ``error`` ``session_closed`` (503: retry
     it on a new session; a resumable stream resumes from its last checkpoint)."""
+    why = f"{close.reason}, close code {close.code}" if close.reason else f"close code {close.code}"
     error = sf.ErrorInfo(
-        "session_closed", f"The session is closing ({close.reason}, close code {close.code}) before this "
-        f"{req.type} request finished; send it again on a new session (a resumable stream resumes from "
-        "its last checkpoint).", status=503)
+        "session_closed", f"The session is closing ({why}) before this {req.type} request finished; send "
+        "it again on a new session (a resumable stream resumes from its last checkpoint).", status=503)
     return sf.ErrorFrame(event_id=req.event_id, id=req.id, error=error.as_dict())
 
 
