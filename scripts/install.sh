@@ -7,8 +7,8 @@
 # once. TOKENWIRE_REINSTALL=1 (or deleting that file) forces a full run.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="engine,examples"
-[ "${1:-}" = "dev" ] && extras="engine,examples,dev"
+extras="engine-cpu,examples"
+[ "${1:-}" = "dev" ] && extras="engine-cpu,examples,dev"
 
 PY="${PYTHON:-python3}"
 if ! "$PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
@@ -46,7 +46,9 @@ fi
 # existing .venv with a stale dependency (e.g. a newer transformers than the pinned one) is corrected.
 echo "installing tokenwire[$extras]…" >&2
 "${pip[@]}" install -e ".[$extras]"
-# Structured outputs (the local engine): xgrammar without its triton requirement (GPU only).
+# Structured outputs (the local engine): `pip install ".[engine]"` gets xgrammar==0.2.9 from the
+# engine extra, with its triton requirement (a ~250 MB GPU kernel compiler the CPU engine never
+# loads). Here: the engine-cpu extra above, then xgrammar alone (its other requirements are in it).
 if ! .venv/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.version("xgrammar") != "0.2.9")' 2>/dev/null; then
     echo "installing xgrammar 0.2.9…" >&2
     "${pip[@]}" install --no-deps xgrammar==0.2.9

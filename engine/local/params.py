@@ -24,6 +24,11 @@ from engine.structured import Problem, StructuredSpec, read_structured_outputs
 
 MAX_LOGPROBS = 20  # vLLM's default --max-logprobs
 LOGIT_BIAS_LIMIT = 100.0  # vLLM clamps biases to [-100, 100]
+# What a request with a structured-output constraint is told when xgrammar cannot be imported.
+XGRAMMAR_MISSING = ("Structured outputs (response_format, structured_outputs, tool_choice \"required\" or a "
+                    "named tool) need the xgrammar package, which this server cannot import. Install the engine "
+                    "extra with pip (pip install 'tokenwire[engine]', which brings xgrammar==0.2.9) and restart "
+                    "the server.")
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,6 +44,8 @@ class ModelLimits:
     extra_eos_ids: frozenset[int] = frozenset()
     max_n: int = 32
     max_logprobs: int = MAX_LOGPROBS
+    # Why structured outputs cannot be served (xgrammar missing), else None: such requests are 400s.
+    no_structured_outputs: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +72,10 @@ class ResolvedParams:
     # the last ``output_offset`` prompt ids are earlier output of a resumed generation: the
     # presence / frequency penalties count them as output (``extra_args.output_offset``)
     output_offset: int = 0
+    # how many of those trailing prompt ids the engine computes one decode step each (replaying the
+    # interrupted stream's steps, so a resumed generation continues exactly in every dtype) instead of
+    # in the prefill; ``extra_args.resume_replay: false`` gives 0 (a faster, inexact-in-bf16 re-prefill)
+    replay: int = 0
     structured: StructuredSpec | None = None  # a structured-output constraint (engine.local.grammar)
     # budget-aware closing of a constrained output (engine.local.closing); False: vLLM's behaviour,
     # a truncated document with "length" (``extra_args.structured_closing``)
@@ -167,6 +178,8 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
                    "Send the banned token ids as logit_bias entries of -100 instead.",
                    "sampling_params.bad_words")
     structured = _structured(sp.structured_outputs, sp.ignore_eos, sp.min_tokens)
+    if structured is not None and limits.no_structured_outputs is not None:
+        raise _bad(limits.no_structured_outputs, "sampling_params.structured_outputs")
 
     _check_ids(sp.stop_token_ids, vocab, "sampling_params.stop_token_ids")
     bias: list[tuple[int, float]] = []
@@ -196,6 +209,12 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
     if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < len(prompt):
         raise _bad(f"sampling_params.extra_args.output_offset must be an integer in [0, {len(prompt)}) "
                    "(how many trailing prompt ids are earlier output).", "sampling_params.extra_args.output_offset")
+    replay_flag = (sp.extra_args or {}).get("resume_replay", True)
+    if not isinstance(replay_flag, bool):
+        raise _bad("sampling_params.extra_args.resume_replay must be a boolean (true, the default: a resumed "
+                   "generation's earlier output is recomputed one decode step per token, so it continues exactly "
+                   "as the interrupted one; false: one prefill, faster, not exact in bf16).",
+                   "sampling_params.extra_args.resume_replay")
     closing = (sp.extra_args or {}).get("structured_closing", True)
     if not isinstance(closing, bool):
         raise _bad("sampling_params.extra_args.structured_closing must be a boolean (false: a constrained output "
@@ -221,6 +240,7 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
         logprobs=sp.logprobs,
         all_stop_ids=frozenset(all_stop),
         output_offset=offset,
+        replay=offset if replay_flag else 0,
         structured=structured,
         structured_closing=closing,
     )

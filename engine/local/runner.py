@@ -33,7 +33,7 @@ import torch
 from engine.errors import EngineUnavailable
 from engine.local import vision
 from engine.local.kv import KVStore, StepCache, WritePlan
-from engine.local.params import ModelLimits
+from engine.local.params import XGRAMMAR_MISSING, ModelLimits
 from engine.local.scheduler import KVOp, PrefillChunk, Sequence
 from engine.local.vision import VisionPrompt, VisionSpec
 
@@ -184,7 +184,7 @@ class ModelRunner:
         kv_len = max(positions) + 1
         self.reserve(len(seqs), kv_len)
         pos = torch.tensor(positions)
-        ids = torch.tensor([[s.last_token] for s in seqs])
+        ids = torch.tensor([[s.next_input] for s in seqs])
         same = min(positions) == kv_len - 1
         mask = None
         if not same or self._window_bites(kv_len):
@@ -237,7 +237,21 @@ def read_limits(model_dir: Path, max_model_len: int, *, max_n: int) -> ModelLimi
     eos = primary[0] if primary else None
     extra = frozenset((set(primary) | set(gen)) - ({eos} if eos is not None else set()))
     return ModelLimits(vocab_size=vocab, max_model_len=max_model_len, eos_token_id=eos,
-                       extra_eos_ids=extra, max_n=max_n)
+                       extra_eos_ids=extra, max_n=max_n, no_structured_outputs=structured_outputs_missing())
+
+
+def structured_outputs_missing() -> str | None:
+    """Import xgrammar once at startup (about 0.1 s with torch loaded): None when it works, else
+    the message every structured-output request is refused with (and one warning line in the log),
+    so a server installed without it answers 400s that say how to install it, never a 500."""
+    try:
+        import xgrammar  # noqa: F401
+    except Exception as exc:  # ImportError, or a broken native library (OSError…)
+        log.warning("structured outputs are unavailable: cannot import xgrammar (%s: %s); requests that "
+                    "ask for them get a 400. Install with: pip install 'tokenwire[engine]'",
+                    type(exc).__name__, exc)
+        return XGRAMMAR_MISSING
+    return None
 
 
 def _read_json(path: Path) -> dict[str, Any]:

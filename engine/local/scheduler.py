@@ -18,6 +18,12 @@ The scheduler is a plain object driven by the engine thread; it never touches te
 Life of a sequence: ``WAITING → PREFILL → DECODE → FINISHED`` (or straight to FINISHED when
 aborted). A request with ``n > 1`` prefills its prompt once, in sequence 0; at the end of the
 prefill the other ``n - 1`` sequences are forked from it (a KV row copy each).
+
+A resumed generation (``ResolvedParams.replay`` > 0: the prompt ends with that much earlier
+output) prefills only the prompt before it, then computes the earlier output one decode step per
+token, as the interrupted stream did (:attr:`Sequence.replaying`): those steps sample nothing, and
+the step that consumes the last earlier token gives the first new one. So its keys, values and
+logits are the interrupted stream's, bit for bit, in any dtype.
 """
 
 from __future__ import annotations
@@ -67,6 +73,24 @@ class Sequence:
     def last_token(self) -> int:
         return self.output[-1] if self.output else self.group.prompt[-1]
 
+    @property
+    def prefill_end(self) -> int:
+        """Prompt positions computed by prefill; the rest (a resumed generation's earlier output)
+        by decode steps."""
+        return len(self.group.prompt) - self.group.params.replay
+
+    @property
+    def next_input(self) -> int:
+        """The token a decode step feeds: the one at position ``computed`` (the last token, except
+        while replaying earlier output)."""
+        prompt = self.group.prompt
+        return prompt[self.computed] if self.computed < len(prompt) else self.output[self.computed - len(prompt)]
+
+    @property
+    def replaying(self) -> bool:
+        """Its next logits belong to a token already known (earlier output being recomputed)."""
+        return self.computed < len(self.group.prompt)
+
 
 @dataclass(eq=False, slots=True)
 class RequestGroup:
@@ -115,7 +139,7 @@ class PrefillChunk:
 
     @property
     def completes(self) -> bool:
-        return self.start + self.count == len(self.seq.prompt)
+        return self.start + self.count == self.seq.prefill_end
 
 
 @dataclass(frozen=True, slots=True)
@@ -154,7 +178,7 @@ class Scheduler:
 
     def kv_need(self) -> int:
         """Positions the live sequences need in the KV store right now."""
-        need = [s.computed + 1 for s in self.decoding] + [len(s.prompt) for s in self.prefilling]
+        need = [s.computed + 1 for s in self.decoding] + [s.prefill_end for s in self.prefilling]
         return max(need, default=0)
 
     @property
@@ -187,7 +211,7 @@ class Scheduler:
 
         def fit(seq: Sequence) -> bool:
             nonlocal width
-            remaining = len(seq.prompt) - seq.computed
+            remaining = seq.prefill_end - seq.computed
             if not chunks:
                 count = min(remaining, budget)
             else:
@@ -207,7 +231,7 @@ class Scheduler:
                 if self.live_sequences + self.reserved + len(group.seqs) > self.max_num_seqs:
                     break
                 first = group.seqs[0]
-                if chunks and (len(chunks) + 1) * max(width, len(group.prompt)) > budget:
+                if chunks and (len(chunks) + 1) * max(width, first.prefill_end) > budget:
                     break
                 self.waiting.popleft()
                 group.admitted = True

@@ -5,7 +5,9 @@ moves, prefill the planned chunks, start the sequences whose prompt is complete 
 ``n > 1`` requests), decode every running sequence by one token, sample, append, check stop
 conditions (freeing finished rows at once), and package one :class:`EngineOutput` per request
 that got tokens. ``LocalEngine`` runs it on the engine thread with the real model runner and
-sampler; tests run it with a simulated KV store to check row moves token for token.
+sampler; tests run it with a simulated KV store to check row moves token for token. A resumed
+generation's replay steps (:attr:`~engine.local.scheduler.Sequence.replaying`) run in the forwards
+like any row and are left out of sampling.
 """
 
 from __future__ import annotations
@@ -63,14 +65,16 @@ def run_step(sched: Scheduler, runner: Runner, sampler: Sampler, *, max_model_le
             logits = runner.prefill(plan.prefill)
             for i, starters in enumerate(sched.prefilled(plan.prefill)):
                 for seq in starters:
-                    rows.append(seq)
-                    picks.append(logits[i])
+                    if not seq.replaying:  # a resumed prompt's earlier output comes next: nothing to draw
+                        rows.append(seq)
+                        picks.append(logits[i])
         if plan.decode:
             logits = runner.decode(plan.decode)
-            for seq in plan.decode:
+            for seq, row_logits in zip(plan.decode, logits, strict=True):
                 seq.computed += 1
-            rows.extend(plan.decode)
-            picks.extend(logits)
+                if not seq.replaying:  # replay steps recompute known tokens
+                    rows.append(seq)
+                    picks.append(row_logits)
         if not rows:
             return result
         sampled = sampler(picks, rows)

@@ -90,6 +90,24 @@ def test_a_stream_whose_socket_is_cut_resumes_with_the_uninterrupted_output(serv
         assert chunks[-1].choices == [] and chunks[-1].usage is not None
 
 
+@pytest.mark.parametrize("case", ["chat-seeded", "completion-seeded"])
+def test_a_seeded_bf16_stream_resumes_exactly(asset: Callable[[str], Path], case: str) -> None:
+    # issue 20 item 6: bf16 is `serve`'s default dtype where the CPU has it; the engine replays the
+    # earlier output as decode steps, so the resumed stream draws what the uninterrupted one drew
+    kind, body = CASES[case]
+    with ServerProcess(serve_args(asset("tiny-qwen3"), "--dtype", "bfloat16")) as srv, TcpProxy(srv.url) as proxy:
+        want = reference(srv.url, kind, body)
+
+        async def main() -> tuple[list[Any], int]:
+            async with client_sdk.connect(proxy.url) as client:
+                return await read_and_break(client, kind, body, proxy.cut)
+
+        chunks, resumes = asyncio.run(main())
+    assert resumes == 1
+    expected = want["choices"][0]["message"]["content"] if kind == "chat" else want["choices"][0]["text"]
+    assert text_of(kind, chunks) == expected
+
+
 def test_a_stream_continues_on_a_second_replica_when_the_first_server_dies(asset: Callable[[str], Path]) -> None:
     kind, body = CASES["chat-seeded"]
     with ServerProcess(serve_args(asset("tiny-qwen3"))) as first, \

@@ -137,3 +137,16 @@ def test_vllm_render_output_is_accepted_verbatim() -> None:
     prompt, p = resolve(GenerateRequest.model_validate(body), LIMITS)
     assert prompt == [10, 11, 12]
     assert p.max_tokens == 8 and p.greedy
+
+
+def test_structured_outputs_without_xgrammar_are_refused_saying_how_to_install_it() -> None:
+    from dataclasses import replace
+
+    from engine.local.params import XGRAMMAR_MISSING
+    limits = replace(LIMITS, no_structured_outputs=XGRAMMAR_MISSING)
+    with pytest.raises(InvalidGenerateRequest) as info:
+        resolve(req(structured_outputs={"json_object": True}), limits)
+    assert (info.value.status, info.value.param) == (400, "sampling_params.structured_outputs")
+    assert "pip install 'tokenwire[engine]'" in info.value.message
+    _, p = resolve(req(max_tokens=4), limits)  # everything else is served
+    assert p.structured is None
