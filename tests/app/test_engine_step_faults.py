@@ -10,7 +10,6 @@ no test hook in the engine."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from server.app import create_app
 from server.context import ServerContext
 from server.gating import decide
 from server.settings import Mode, Settings
+from tests.support.waiting import wait_until
 
 MODEL = "tiny-qwen3"
 CHAT = {"messages": [{"role": "user", "content": "Tell me a story."}], "max_tokens": 40, "temperature": 0,
@@ -74,10 +74,10 @@ def app(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterat
 
 
 def wait_idle(engine: LocalEngine) -> int:
-    deadline = time.monotonic() + 20
-    while engine.live_sequences() and time.monotonic() < deadline:
-        time.sleep(0.01)
-    return engine.live_sequences()
+    """0 once the engine holds no sequence; fails if it still holds some after 20 s."""
+    wait_until(lambda: not engine.live_sequences(), "the engine to hold no sequence", timeout=20, interval=0.01,
+               detail=lambda: f"{engine.live_sequences()} live")
+    return 0
 
 
 def stream_until_error(client: TestClient, faults: FaultyRunner, arm: str, concurrent: int) -> list[list[Any]]:

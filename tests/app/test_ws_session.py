@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
 import orjson
@@ -13,6 +12,7 @@ from starlette.websockets import WebSocketDisconnect
 from server.gating import RouteGroup
 from server.ws.upgrade import auth_subprotocol
 from tests.app.ws_fakes import FakePipeline, session_client
+from tests.support.waiting import wait_until
 
 
 class Frames:
@@ -165,9 +165,8 @@ def test_closing_the_socket_aborts_every_request_in_flight(monkeypatch: pytest.M
                 frames.send(type="chat", id=f"c{i}", body={"messages": [], "hang": True, "name": f"s{i}"})
             seen = {frames.next()["id"] for _ in range(3)}
             assert seen == {"c0", "c1", "c2"}
-        deadline = time.monotonic() + 10
-        while len(pipeline.closed) < 3 and time.monotonic() < deadline:
-            time.sleep(0.01)
+        wait_until(lambda: len(pipeline.closed) >= 3, "the three pipelines to be closed", timeout=10, interval=0.01,
+                   detail=lambda: f"closed: {pipeline.closed}")
         assert sorted(pipeline.closed) == ["s0", "s1", "s2"]
 
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import httpx
+
+from tests.support.waiting import wait_until
 
 SECRET = "client-tests-secret"
 TOOLS = [{"type": "function", "function": {
@@ -120,14 +121,9 @@ def live_sequences(url: str) -> int:
     return int(httpx.get(url + "/health", timeout=10).json()["live_sequences"])
 
 
-def wait_until(check: Callable[[], bool], *, timeout: float = 30.0) -> bool:
-    """Poll ``check`` (for effects that arrive asynchronously, e.g. an abort at the engine)."""
-    import time
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return True
-        time.sleep(0.05)
-    return check()
+def wait_idle(url: str, timeout: float = 30.0) -> None:
+    """Until the server's engine holds no sequence (an abort reaches it asynchronously); fails past
+    ``timeout``."""
+    wait_until(lambda: live_sequences(url) == 0, "the engine to hold no sequence", timeout=timeout,
+               detail=lambda: f"{live_sequences(url)} live")
 

@@ -15,7 +15,7 @@ import orjson
 import pytest
 
 import client_sdk
-from tests.e2e.client_support import TOOL_SCRIPT, TOOLS, TcpProxy, live_sequences, serve_args, wait_until
+from tests.e2e.client_support import TOOL_SCRIPT, TOOLS, TcpProxy, serve_args, wait_idle
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.server_proc import ServerProcess
 
@@ -102,7 +102,7 @@ def test_forced_http_cancellation_closes_the_response_and_the_engine_stops(serve
             return stream.status
 
     assert asyncio.run(main()) == "cancelled"
-    assert wait_until(lambda: live_sequences(server.url) == 0)
+    wait_idle(server.url)
 
 
 def test_forced_http_errors_and_session_defaults(server: ServerProcess, asset: Callable[[str], Path]) -> None:

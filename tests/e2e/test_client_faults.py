@@ -19,6 +19,7 @@ import orjson
 import pytest
 
 from tests.support.server_proc import ServerProcess
+from tests.support.waiting import wait_until
 from tests.support.ws_fuzz import open_session
 
 pytestmark = pytest.mark.slow
@@ -38,21 +39,20 @@ def engine_stats(srv: ServerProcess) -> dict[str, Any]:
     return httpx.get(srv.url + "/engine/stats", timeout=10).json()  # type: ignore[no-any-return]
 
 
-def wait_idle(srv: ServerProcess, timeout: float = 20.0) -> dict[str, Any]:
-    """Until the engine holds no sequence (or the timeout); the last stats."""
-    deadline = time.monotonic() + timeout
-    while True:
-        stats = engine_stats(srv)
-        if stats["live_sequences"] == 0 or time.monotonic() > deadline:
-            return stats
-        time.sleep(0.05)
+def wait_idle(srv: ServerProcess, timeout: float = 20.0, *, what: str = "the engine to hold no sequence") -> dict[str, Any]:
+    """Until the engine holds no sequence; the stats then. Fails (naming ``what``) past ``timeout``."""
+    last: dict[str, Any] = {}
+
+    def idle() -> dict[str, Any] | None:
+        last.update(engine_stats(srv))
+        return dict(last) if last["live_sequences"] == 0 else None
+
+    return wait_until(idle, what, timeout=timeout, detail=lambda: f"{last.get('live_sequences')} live")
 
 
 def wait_busy(srv: ServerProcess, count: int, timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while engine_stats(srv)["live_sequences"] < count:
-        assert time.monotonic() < deadline, "the requests never reached the engine"
-        time.sleep(0.02)
+    wait_until(lambda: engine_stats(srv)["live_sequences"] >= count, f"{count} requests to reach the engine",
+               timeout=timeout, interval=0.02)
 
 
 def generated(srv: ServerProcess) -> int:
@@ -128,7 +128,10 @@ def test_a_slow_websocket_reader_gets_coalesced_deltas_with_the_exact_text(serve
         for k in range(4):
             ws.send(orjson.dumps({"type": "chat", "id": f"s{k}", "body": chat, "resumable": True}).decode())
         wait_busy(server, 4)
-        wait_idle(server, timeout=17)  # reading nothing while the four streams are produced
+        # Reading nothing while the four streams are produced, for at most 17 s: a client that answers
+        # no ping is closed after 20 s (+ up to 20 s more), so a longer wait would test the keepalive.
+        wait_idle(server, timeout=17, what="the engine to finish the four streams while the client reads "
+                                           "nothing (a loaded machine: the test needs them produced first)")
         frames: dict[str, list[dict[str, Any]]] = {f"s{k}": [] for k in range(4)}
         done = 0
         while done < 4:

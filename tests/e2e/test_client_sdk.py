@@ -27,13 +27,15 @@ from client_sdk.types import (
     ThinkingBlock,
     ToolUseBlock,
 )
-from tests.e2e.client_support import TOOL_SCRIPT, TOOLS, TcpProxy, live_sequences, serve_args, wait_until
+from tests.e2e.client_support import TOOL_SCRIPT, TOOLS, TcpProxy, live_sequences, serve_args, wait_idle
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.server_proc import ServerProcess
+from tests.support.waiting import WaitTimeout
 
 pytestmark = pytest.mark.slow
 
 USER = [{"role": "user", "content": "Tell me about the sea."}]
+WEATHER_SCHEMA = {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}
 
 
 @pytest.fixture(scope="module")
@@ -96,13 +98,13 @@ def test_streaming_chat_with_tools_yields_typed_chunks_and_the_http_answer(tool_
 def test_messages_with_reasoning_and_a_tool_call_are_typed_down_to_each_block(tool_server: ServerProcess) -> None:
     body: dict[str, Any] = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 200,
                             "tools": [{"name": "get_weather", "description": "Weather for a city",
-                                       "input_schema": TOOLS[0]["function"]["parameters"]}]}
+                                       "input_schema": WEATHER_SCHEMA}]}
     with client_sdk.Client(tool_server.url) as client:
         message = client.messages.create(**body)
         events = list(client.messages.create(**body, stream=True))
     thinking, text, tool = message.content
     assert isinstance(thinking, ThinkingBlock) and "wants the weather" in thinking.thinking
-    assert isinstance(text, TextBlock) and message.content[1].text == text.text  # type: ignore[union-attr]
+    assert isinstance(text, TextBlock) and message.content[1].text == text.text
     assert text.text.strip() == "Let me check."
     assert isinstance(tool, ToolUseBlock) and tool.name == "get_weather" and tool.input == {"city": "Paris"}
     assert message.stop_reason == "tool_use"
@@ -180,7 +182,7 @@ def test_cancelling_the_task_cancels_the_request_at_the_server(server: ServerPro
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
-            await asyncio.to_thread(wait_until, lambda: live_sequences(server.url) == 0)
+            await asyncio.to_thread(wait_idle, server.url)
             freed = live_sequences(server.url)
             # stream.cancel(): the stream ends with status "cancelled" after what was already sent
             stream = await client.chat.completions.create(messages=USER, max_tokens=3000, stream=True)
@@ -202,7 +204,7 @@ def test_cancelling_the_task_cancels_the_request_at_the_server(server: ServerPro
     freed, status, _ = asyncio.run(main())
     assert freed == 0
     assert status == "cancelled"
-    assert wait_until(lambda: live_sequences(server.url) == 0)
+    wait_idle(server.url)
 
 
 def test_a_request_without_an_answer_in_time_raises_request_timeout(server: ServerProcess) -> None:
@@ -299,7 +301,7 @@ def test_the_sync_client_wraps_the_same_api(server: ServerProcess) -> None:
         assert any(isinstance(e, ContentBlockDeltaEvent) for e in events)
         with client.chat.completions.create(messages=USER, max_tokens=3000, stream=True) as stream:
             next(iter(stream))
-        assert wait_until(lambda: live_sequences(server.url) == 0)  # leaving `with` cancelled it
+        wait_idle(server.url)  # leaving `with` cancelled it
         request = client.render("chat", chat_body(4))
         steps = list(client.generate(request))
         assert sum(len(s.choices[0].token_ids or ()) for s in steps) == 12
@@ -315,6 +317,8 @@ def test_keepalive_pings_hold_an_idle_session_open_and_a_closed_one_reopens(asse
                 if idle.info.session_id != idle_id:
                     break
                 await asyncio.sleep(0.05)
+            else:
+                raise WaitTimeout("waited 30 s for the idle session to be closed and reopened")
             reopened = idle.info.session_id != idle_id
             answer = await idle.chat.completions.create(messages=USER, max_tokens=2)
             return reopened, kept.info.session_id == kept_id, answer.choices[0].finish_reason

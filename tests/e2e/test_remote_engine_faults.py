@@ -7,7 +7,6 @@ engine degraded while it is, and the server serves again as soon as the engine d
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ import pytest
 
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.server_proc import ServerProcess
+from tests.support.waiting import wait_until
 from tests.support.ws_fuzz import open_session
 
 pytestmark = pytest.mark.slow
@@ -126,9 +126,8 @@ def test_a_remote_engine_that_dies_degrades_health_and_the_server_recovers_when_
         assert frames[-1]["error"]["code"] == "engine_unavailable" and alive
     finally:
         engine.start()
-    deadline = time.monotonic() + 30
-    while httpx.get(render.url + "/health").status_code != 200 and time.monotonic() < deadline:
-        time.sleep(0.1)
+    wait_until(lambda: httpx.get(render.url + "/health").status_code == 200,
+               "the render server to report healthy once the engine is back", timeout=30, interval=0.1)
     r = httpx.post(render.url + "/v1/chat/completions", json=CHAT, timeout=30)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == TEXT
     frames, alive = ws_chat(render, CHAT)

@@ -7,7 +7,6 @@ tests/support/scripted_engine.py), since no tiny model produces them."""
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ import pytest
 
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.server_proc import ServerProcess
+from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow
 
@@ -157,14 +157,8 @@ def test_disconnect_mid_stream_aborts_the_generation(server: ServerProcess) -> N
             if seen >= 3:
                 break
         assert httpx.get(server.url + "/health").json()["live_sequences"] >= 1
-    deadline = time.monotonic() + 5
-    live = None
-    while time.monotonic() < deadline:
-        live = httpx.get(server.url + "/health").json()["live_sequences"]
-        if live == 0:
-            break
-        time.sleep(0.05)
-    assert live == 0
+    wait_until(lambda: httpx.get(server.url + "/health").json()["live_sequences"] == 0,
+               "the engine to hold no sequence after the client left", timeout=5)
 
 
 # --- tool calls and reasoning through a scripted engine --------------------------------------------

@@ -19,6 +19,7 @@ from anyio.from_thread import BlockingPortal, start_blocking_portal
 from engine.interface import EngineOutput
 from engine.local import LocalEngine
 from engine.protocol import GenerateRequest, SamplingParams, TokenLogprob
+from tests.support.waiting import WaitTimeout
 
 
 @dataclass
@@ -80,13 +81,16 @@ class EngineHarness:
         return self.portal.call(fn, *args)
 
     def wait_idle(self, timeout: float = 10.0) -> int:
-        """Wait until the engine holds no sequence; returns the live count at the end."""
+        """Wait until the engine holds no sequence (returns 0, the live count); fails past ``timeout``."""
         async def main() -> int:
             loop = asyncio.get_running_loop()
             deadline = loop.time() + timeout
-            while self.engine.live_sequences() and loop.time() < deadline:
+            while self.engine.live_sequences():
+                if loop.time() >= deadline:
+                    raise WaitTimeout(f"waited {timeout:g} s for the engine to hold no sequence "
+                                      f"({self.engine.live_sequences()} live)")
                 await asyncio.sleep(0.01)
-            return self.engine.live_sequences()
+            return 0
         return self.portal.call(main)
 
 

@@ -35,6 +35,8 @@ from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
+from tests.support.waiting import wait_until
+
 FAULTS = ("status_500", "garbage", "wrong_shape", "hang", "hang_mid_stream", "die_mid_stream", "unhealthy")
 
 
@@ -127,9 +129,8 @@ class ScriptedEngine:
         self._thread = threading.Thread(target=self._server.run, kwargs={"sockets": [sock]}, daemon=True)
         self._thread.start()
         self.url = f"http://127.0.0.1:{self.port}"
-        deadline = time.monotonic() + 10
-        while not self._server.started and time.monotonic() < deadline:
-            time.sleep(0.01)
+        server = self._server
+        wait_until(lambda: server.started, "the scripted engine's server to start", timeout=10, interval=0.01)
         return self
 
     def stop(self) -> None:
