@@ -46,6 +46,7 @@ def test_http_api_requests_and_websocket_sessions_are_both_in_the_access_log(ass
             assert line.startswith("INFO:") and "127.0.0.1:" in line
         assert wait_for_line(srv, '"WebSocket /v1/session" [accepted]').startswith("INFO:")
         assert '"GET /health HTTP/1.1" 200' in srv.output()  # the start-up health checks
+        assert "Loading weights" not in srv.output()  # transformers' progress bar is no log line
 
 
 def test_disable_access_log_drops_http_and_websocket_lines(asset: Callable[[str], Path]) -> None:
