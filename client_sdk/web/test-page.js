@@ -1,5 +1,5 @@
 // Runs tokenwire.test.js in the page and shows the results; the browser tests read
-// window.tokenwireTests ({done, results: [{name, ok, error}]}).
+// window.tokenwireTests ({done, results: [{name, ok, skipped, error}]}).
 import { run } from "/static/tokenwire.test.js";
 
 const out = { done: false, results: [] };
@@ -9,11 +9,19 @@ run({ apiKey, onResult: (r) => {
   out.results.push(r);
   const li = document.createElement("li");
   li.className = "msg assistant";
-  li.textContent = `${r.ok ? "✔" : "✘"} ${r.name}${r.ok ? "" : ` — ${r.error}`}`;
-  li.style.color = r.ok ? "var(--ok)" : "var(--err)";
+  if (r.skipped) {
+    li.textContent = `– ${r.name} — skipped (${r.skipped})`;
+    li.style.color = "var(--muted)";
+  } else {
+    li.textContent = `${r.ok ? "✔" : "✘"} ${r.name}${r.ok ? "" : ` — ${r.error}`}`;
+    li.style.color = r.ok ? "var(--ok)" : "var(--err)";
+  }
   document.getElementById("results").append(li);
 } }).finally(() => {
   out.done = true;
   const failed = out.results.filter((r) => !r.ok).length;
-  document.getElementById("summary").textContent = `${out.results.length - failed} passed, ${failed} failed`;
+  const skipped = out.results.filter((r) => r.skipped).length;
+  const passed = out.results.length - failed - skipped;
+  document.getElementById("summary").textContent =
+    `${passed} passed, ${failed} failed` + (skipped ? `, ${skipped} skipped` : "");
 });

@@ -85,12 +85,16 @@ class Page:
         self._ids = itertools.count(1)
         self._pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.errors: list[str] = []  # uncaught exceptions and console.error lines
+        # the browser's own console errors: a resource that failed to load (a 404 favicon), a
+        # refused WebSocket upgrade
+        self.browser_errors: list[str] = []
         self.console: list[str] = []
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     async def start(self, width: int, height: int) -> None:
         await self.send("Page.enable")
         await self.send("Runtime.enable")
+        await self.send("Log.enable")  # for browser_errors
         await self.send("Emulation.setDeviceMetricsOverride",
                         width=width, height=height, deviceScaleFactor=1, mobile=False)
 
@@ -104,6 +108,10 @@ class Page:
             elif data.get("method") == "Runtime.exceptionThrown":
                 details = data["params"]["exceptionDetails"]
                 self.errors.append(str((details.get("exception") or {}).get("description") or details.get("text")))
+            elif data.get("method") == "Log.entryAdded":
+                entry = data["params"]["entry"]
+                if entry.get("level") == "error":
+                    self.browser_errors.append(f"{entry.get('text')} ({entry.get('url', '')})")
             elif data.get("method") == "Runtime.consoleAPICalled":
                 params = data["params"]
                 text = " ".join(str(a.get("value", a.get("description", ""))) for a in params.get("args", []))

@@ -73,9 +73,36 @@ def test_the_es_module_protocol_tests_pass_in_the_page(server: ServerProcess) ->
     results = asyncio.run(main())
     failed = [r for r in results if not r["ok"]]
     assert failed == [], failed
+    assert [r for r in results if r["skipped"]] == []  # scale-out and a key: every test runs here
     assert len(results) >= 10
     assert any("cancel" in r["name"] for r in results)
     assert any("share one socket" in r["name"] for r in results)
+
+
+def test_on_a_default_server_the_self_test_skips_what_is_not_enabled_and_fails_nothing(
+        asset: Callable[[str], Path]) -> None:
+    # serve as serve.sh starts it: no scale-out frames, no API key
+    with ServerProcess(["serve", str(asset("tiny-qwen3")), "--dtype", "float32"]) as srv:
+        async def main() -> tuple[list[dict[str, Any]], str, Any]:
+            async with Browser() as browser:
+                page = await browser.page()
+                await page.goto(srv.url + "/static/test.html")
+                await page.wait_for("window.tokenwireTests && window.tokenwireTests.done", timeout=240)
+                results: list[dict[str, Any]] = await page.evaluate("window.tokenwireTests.results")
+                summary: str = await page.evaluate("document.getElementById('summary').textContent")
+                icon = await page.evaluate("fetch(document.querySelector('link[rel=icon]').href)"
+                                           ".then(r => [r.status, r.headers.get('content-type')])")
+                await page.screenshot(ARTIFACTS / "tokenwire-js-tests-default-server.png")
+                assert page.errors == [] and page.browser_errors == []  # no console error: the favicon loads
+                return results, summary, icon
+
+        results, summary, icon = asyncio.run(main())
+    assert [r for r in results if not r["ok"]] == []
+    skipped = {r["name"]: r["skipped"] for r in results if r["skipped"]}
+    assert skipped == {"render, generate and derender give the text the chat pipeline gives": "not enabled on this server",
+                       "a wrong key is refused at the upgrade": "no API key on this server"}
+    assert summary == f"{len(results) - 2} passed, 0 failed, 2 skipped"
+    assert icon == [200, "image/svg+xml"]
 
 
 def test_the_playground_streams_text_and_stop_ends_the_generation(server: ServerProcess) -> None:
