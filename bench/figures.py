@@ -12,13 +12,13 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
-# vLLM 0.32 on this machine class (2 cores), as DESIGN.md records them: not measured in this run.
+# vLLM 0.32 on this machine class (2 cores), as docs/vllm-baseline.md records them: not measured in this run.
 VLLM_RENDER_RPS = {1: 190.0, 8: 440.0}
 VLLM_RENDER_P50_MS = 4.8
 VLLM_ENGINE_TOK_S = {1: 40.0, 8: 218.0, 16: 400.0}
 TRANSFORMERS_BATCH1_TOK_S = 23.0  # the batch-1 model.generate of the same published session
 VLLM_RENDER_STARTUP_S = 15.0
-PUBLISHED = "published (DESIGN.md: vLLM 0.32 on this machine class, not this run)"
+PUBLISHED = "published (docs/vllm-baseline.md: vLLM 0.32 on this machine class, not this run)"
 SAME_RUN = "same run"
 
 

@@ -9,7 +9,7 @@ The client is a minimal HTTP/1.1 keep-alive client on asyncio (one connection pe
 stream, requests pre-encoded) so that client overhead stays small next to the server's; it runs
 on the same machine, so the figures are a lower bound of the server's own capacity. vLLM 0.32's
 CPU render server measured about 190 req/s at concurrency 1 (p50 4.8 ms) and 440 req/s at 8 for a
-short chat on this machine class (DESIGN.md); the ratios are printed against those.
+short chat on this machine class (docs/vllm-baseline.md); the ratios are printed against those.
 """
 
 from __future__ import annotations
@@ -211,7 +211,7 @@ def main() -> int:
                for r in server["short_chat"]}
     report = {"model": str(model), "cpu_count": os.cpu_count(), "server": server,
               "direct_apply_chat_template": baseline, "short_chat_vs_vllm_0_32": vs_vllm,
-              "note": "client and server share this machine; vLLM figures are DESIGN.md's measurements"}
+              "note": "client and server share this machine; vLLM figures are docs/vllm-baseline.md's measurements"}
     text = json.dumps(report, indent=2)
     print(text)
     if args.out:

@@ -1,6 +1,6 @@
 """Which route groups a server exposes: the one place that decides it.
 
-Semantics (DESIGN.md, after vLLM's ``VLLM_ENABLE_SCALE_OUT_ENDPOINTS``):
+Semantics (README.md, "Scale-out endpoints"; after vLLM's ``VLLM_ENABLE_SCALE_OUT_ENDPOINTS``):
 
 - ``TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS`` (alias ``VLLM_ENABLE_SCALE_OUT_ENDPOINTS``) accepts only
   ``0`` and ``1``; both set and different is a startup error; ``--enable-scale-out`` means ``1``.

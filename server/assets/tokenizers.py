@@ -1,4 +1,4 @@
-"""Real chat tokenizers rebuilt from pinned package files (see ``reference/assets.md``).
+"""Real chat tokenizers rebuilt from pinned package files (see ``docs/assets.md``).
 
 * ``qwen3`` / ``qwen2.5``: the Qwen2 BPE vocab from llama.cpp's ``ggml-vocab-qwen2.gguf`` (its
   Qwen1.5-era ``[PAD…]`` entries dropped), Qwen's published added tokens at their exact ids, NFC,

@@ -1,4 +1,4 @@
-"""The dependency directions of DESIGN.md, enforced by reading imports.
+"""The dependency directions between the packages (README.md, "Layout"), enforced by reading imports.
 
 - ``session`` never imports asyncio / anyio / torch / ``server`` (it may use ``engine.protocol`` and
   ``engine.structured``, the wire types of the generate stage);
