@@ -17,7 +17,7 @@ class WaitTimeout(AssertionError):
     """A condition a test waited for did not come in time (an assertion failure, with the reason)."""
 
 
-def wait_until(check: Callable[[], T], what: str, *, timeout: float, interval: float = 0.05,
+def wait_until(check: Callable[[], T | None], what: str, *, timeout: float, interval: float = 0.05,
                detail: Callable[[], object] | None = None) -> T:
     """Poll ``check`` until it returns something truthy and return that; past ``timeout`` seconds
     raise :class:`WaitTimeout` naming ``what`` (and ``detail()``, the state at the end, when given)."""
