@@ -233,7 +233,9 @@ def closing_path(matcher: Any, json_text: Lexer | None) -> bytes | None:
         while not m.is_completed():
             if len(out) > _MAX_BYTES:
                 return None
-            forced = m.find_jump_forward_string()
+            forced = m.find_jump_forward_string()  # at most the grammar's completion bound
+            if forced and len(forced) + len(out) > _MAX_BYTES:  # (engine.local.grammar_worker)
+                return None  # too long to force: accepting it would cost for nothing
             data = forced.encode() if forced else (
                 _json_move(m, lex, walk) if lex is not None else _any_move(m, walk))
             if not data or not m.accept_string(data):

@@ -31,7 +31,6 @@ from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineU
 from engine.interface import Engine, EngineHealth, EngineOutput
 from engine.local.device import resolve_dtype, resolve_threads
 from engine.local.grammar import Grammars
-from engine.outbox import DEFAULT_CAPACITY, Outbox
 from engine.local.params import ModelLimits, resolve
 from engine.local.runner import ModelRunner, read_limits
 from engine.local.sampling import Sampled, SampleRow, sample
@@ -39,6 +38,7 @@ from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
 from engine.local.scheduler import Sequence as Seq
 from engine.local.step import Delivery, final_output, run_step
 from engine.local.vision import VisionSpec, read_features
+from engine.outbox import DEFAULT_CAPACITY, Outbox
 from engine.protocol import GenerateRequest
 
 log = logging.getLogger("tokenwire.engine")
@@ -125,6 +125,7 @@ class LocalEngine(Engine):
             self._cv.notify_all()
         await asyncio.to_thread(thread.join, 30)
         self._thread = None
+        await asyncio.to_thread(self.grammars.close)  # the grammar compile worker
         err = EngineShutDown("The server is shutting down; retry the request (on another replica).")
         for box in list(self._outboxes.values()):
             box.push(err)
@@ -138,7 +139,7 @@ class LocalEngine(Engine):
         prompt, params = resolve(request, self.limits)
         grammar = None
         if params.structured is not None:  # compile (or find) the grammar before admission
-            grammar = await asyncio.to_thread(self.grammars.prepare, params, prompt)
+            grammar = await self.grammars.prepare_async(params, prompt)
         mm = None
         if request.features is not None:  # checked and decoded off the loop (megabytes of base64)
             mm = await asyncio.to_thread(read_features, request.features, prompt, self.vision)

@@ -2,8 +2,11 @@
 
 How a constrained request runs::
 
-    generate() (event loop)   ── worker thread ──▶ Grammars.prepare(spec): compile (LRU-cached by
-                                                    the constraint), check a resumed prompt's tail
+    generate() (event loop)   Grammars.prepare_async(spec): a cached grammar at once, else
+                                ── worker thread ──▶ the compile worker process compiles it under a
+                                                    time and memory budget (engine.local.grammar_worker),
+                                                    LRU-cached by the constraint; a resumed prompt's
+                                                    tail is checked
     engine thread, each step:   Grammars.constrain(logits, rows)  fill + apply a token bitmask on
                                                                     the constrained rows only
                                 sample(...)                        the usual sampler
@@ -29,7 +32,12 @@ How a constrained request runs::
   returns the truncated document with ``length``); ``extra_args.structured_closing: false``
   asks for vLLM's behaviour.
 - **Cache.** Compiled grammars are kept in an LRU keyed by :attr:`StructuredSpec.key` (the
-  constraint, canonically serialized), so a schema used again is not compiled again.
+  constraint, canonically serialized), so a schema used again is not compiled again; a constraint
+  the worker refused (invalid, over its budget) is remembered too and refused again at once.
+- **Never on the engine thread, never in this process.** Building and compiling a grammar runs in
+  the compile worker (a child process, :mod:`engine.local.grammar_worker`): over its CPU time,
+  memory or document-length budget the request is a 400 naming the field, and the child is killed
+  and replaced; the server process only deserializes the result.
 
 xgrammar needs the vocabulary's token strings: the tokenizer in the model directory is loaded
 once, on the first constrained request.
@@ -37,7 +45,7 @@ once, on the first constrained request.
 
 from __future__ import annotations
 
-import json
+import asyncio
 import logging
 import threading
 import time
@@ -50,16 +58,14 @@ import torch
 
 from engine.errors import EngineUnavailable, InvalidGenerateRequest
 from engine.local.closing import Closing, Vocab
+from engine.local.grammar_worker import MAX_WHITESPACE as MAX_WHITESPACE
+from engine.local.grammar_worker import Cancelled, CompileWorker, Refused
 from engine.local.params import ResolvedParams
 from engine.structured import StructuredSpec
 
 log = logging.getLogger("tokenwire.engine")
 
 PARAM = "sampling_params.structured_outputs"
-# Whitespace between JSON tokens is free (vLLM's default) but bounded: an unbounded run would let
-# a model that favours whitespace fill max_tokens with it and never finish the document. 24
-# characters hold a newline and the indentation of pretty-printed JSON five levels deep.
-MAX_WHITESPACE = 24
 
 
 class CompiledConstraint:
@@ -76,14 +82,18 @@ class CompiledConstraint:
 class Grammars:
     """Compiles constraints (any thread) and enforces them on the engine thread."""
 
-    def __init__(self, model_dir: Path, vocab_size: int, *, cache_size: int = 128) -> None:
+    def __init__(self, model_dir: Path, vocab_size: int, *, cache_size: int = 128,
+                 worker_options: dict[str, Any] | None = None) -> None:
         self.model_dir = model_dir
         self.vocab_size = vocab_size
         self.cache_size = cache_size
         self._lock = threading.Lock()  # the cache
-        self._compile_lock = threading.Lock()  # the compiler (built on first use) and compiling
-        self._compiler: Any = None
+        self._compile_lock = threading.Lock()  # the worker (started on first use) and compiling
+        self._worker: CompileWorker | None = None
+        self.worker_options = dict(worker_options or {})
+        self._alock: asyncio.Lock | None = None  # compiles waiting (event loop side)
         self._cache: OrderedDict[str, Any] = OrderedDict()
+        self._refused: OrderedDict[str, InvalidGenerateRequest] = OrderedDict()  # keys refused, answered at once
         self.compiled = 0  # grammars compiled (cache misses), for stats and tests
         # engine-thread work on constrained rows: rows masked, seconds masking + advancing
         self.rows_masked = 0
@@ -99,14 +109,40 @@ class Grammars:
         self._xgr: Any = None
 
     # --- any thread ----------------------------------------------------------------------------
-    def prepare(self, params: ResolvedParams, prompt: Sequence[int]) -> CompiledConstraint:
+    def prepare(self, params: ResolvedParams, prompt: Sequence[int],
+                cancel: threading.Event | None = None) -> CompiledConstraint:
         """Compile (or find) the request's grammar and check a resumed prompt's tail against it.
-        Blocking CPU work: call it from a worker thread."""
+        Blocking (it waits for the compile worker): call it from a worker thread."""
         spec = params.structured
         assert spec is not None
-        grammar = self._compiled(spec)
-        stop_ids = sorted(params.all_stop_ids)
-        done = CompiledConstraint(grammar, spec, stop_ids)
+        grammar = self._compiled(spec, cancel)
+        return self._checked(params, prompt, CompiledConstraint(grammar, spec, sorted(params.all_stop_ids)))
+
+    async def prepare_async(self, params: ResolvedParams, prompt: Sequence[int]) -> CompiledConstraint:
+        """:meth:`prepare` for the event loop: a cached grammar is found at once; a new one waits
+        for the compile worker on one worker thread (compiles queue on an asyncio lock, not on
+        threads), and a request cancelled meanwhile cancels its compile."""
+        spec = params.structured
+        assert spec is not None
+        grammar = self._cached(spec)
+        if grammar is None:
+            if self._alock is None:
+                self._alock = asyncio.Lock()
+            async with self._alock:
+                grammar = self._cached(spec)
+                if grammar is None:
+                    cancel = threading.Event()
+                    try:
+                        grammar = await asyncio.to_thread(self._compiled, spec, cancel)
+                    except asyncio.CancelledError:
+                        cancel.set()
+                        raise
+        done = CompiledConstraint(grammar, spec, sorted(params.all_stop_ids))
+        if not params.output_offset:
+            return done
+        return await asyncio.to_thread(self._checked, params, prompt, done)
+
+    def _checked(self, params: ResolvedParams, prompt: Sequence[int], done: CompiledConstraint) -> CompiledConstraint:
         offset = params.output_offset
         if offset:
             matcher = self._matcher(done, prompt[len(prompt) - offset:])
@@ -116,32 +152,48 @@ class Grammars:
                     "do not follow the structured output constraint.", param="sampling_params.extra_args.output_offset")
         return done
 
-    def _compiled(self, spec: StructuredSpec) -> Any:
-        # One compile at a time: two requests with a new schema compile it once, and a cached
-        # grammar is found without waiting (the cache has its own lock).
+    def _cached(self, spec: StructuredSpec) -> Any | None:
         with self._lock:
+            refused = self._refused.get(spec.key)
+            if refused is not None:
+                self._refused.move_to_end(spec.key)
+                raise refused
             hit = self._cache.get(spec.key)
             if hit is not None:
                 self._cache.move_to_end(spec.key)
-                return hit
-        with self._compile_lock:
-            with self._lock:
-                hit = self._cache.get(spec.key)
-                if hit is not None:
-                    return hit
-            return self._compile_and_keep(spec)
+            return hit
 
-    def _compile_and_keep(self, spec: StructuredSpec) -> Any:
-        compiler = self._compiler_once()
+    def _compiled(self, spec: StructuredSpec, cancel: threading.Event | None = None) -> Any:
+        # One compile at a time: two requests with a new schema compile it once, and a cached
+        # grammar is found without waiting (the cache has its own lock).
+        hit = self._cached(spec)
+        if hit is not None:
+            return hit
+        with self._compile_lock:
+            hit = self._cached(spec)
+            if hit is not None:
+                return hit
+            return self._compile_and_keep(spec, cancel)
+
+    def _compile_and_keep(self, spec: StructuredSpec, cancel: threading.Event | None) -> Any:
+        worker = self._worker_once()
+        field = f"{PARAM}.{spec.kind}"
         try:
-            grammar = _compile(compiler, spec)
-        except RuntimeError as exc:  # xgrammar's error for a constraint it cannot build
-            log.info("structured output constraint refused by the grammar compiler: %s", exc)
-            field = {"json": "json", "json_object": "json_object", "regex": "regex", "choice": "choice",
-                     "grammar": "grammar"}[spec.kind]
-            raise InvalidGenerateRequest(
-                f"{PARAM}.{field} could not be compiled into a grammar; check that it is a valid "
-                f"{_WHAT[spec.kind]}.", param=f"{PARAM}.{field}") from None
+            grammar = worker.compile(spec.kind, _wire_value(spec), spec.any_whitespace, cancel)
+        except Cancelled:
+            raise EngineUnavailable("The structured output constraint's compile was cancelled.") from None
+        except (OSError, RuntimeError) as exc:  # the worker could not start
+            log.error("grammar compile worker: %s", exc)
+            raise EngineUnavailable("Structured outputs are unavailable: the grammar compile worker could not "
+                                    "start; see the server log.") from None
+        if isinstance(grammar, Refused):
+            log.info("structured output constraint refused (%s): %s", grammar.reason, grammar.detail[:200])
+            error = InvalidGenerateRequest(_refusal_message(spec, grammar, worker), param=field)
+            with self._lock:
+                self._refused[spec.key] = error
+                while len(self._refused) > self.cache_size:
+                    self._refused.popitem(last=False)
+            raise error
         with self._lock:
             self.compiled += 1
             self._cache[spec.key] = grammar
@@ -149,8 +201,8 @@ class Grammars:
                 self._cache.popitem(last=False)
         return grammar
 
-    def _compiler_once(self) -> Any:
-        if self._compiler is None:
+    def _worker_once(self) -> CompileWorker:
+        if self._worker is None:
             import xgrammar as xgr
             from transformers import AutoTokenizer
 
@@ -170,10 +222,15 @@ class Grammars:
             excluded.update(t for t, text in enumerate(bytes_of) if any(b in _NOT_IN_JSON for b in text))
             self._vocab = Vocab(bytes_of, excluded)
             self._bytes_of = bytes_of
-            self._compiler = xgr.GrammarCompiler(info, max_threads=1, cache_enabled=False)
             self._xgr = xgr
             self.vocab_size = vocab
-        return self._compiler
+            self._worker = CompileWorker(info, **self.worker_options)
+        return self._worker
+
+    def close(self) -> None:
+        """Stop the compile worker (the engine is closing)."""
+        if self._worker is not None:
+            self._worker.close()
 
     def _matcher(self, done: CompiledConstraint, prefix: Sequence[int]) -> Any | None:
         """A fresh matcher advanced over ``prefix``; None when the grammar refuses it."""
@@ -310,19 +367,21 @@ def _bit(i: int) -> int:
     return (1 << i) - (1 << 32) if i == 31 else 1 << i
 
 
-def _compile(compiler: Any, spec: StructuredSpec) -> Any:
-    ws = MAX_WHITESPACE if spec.any_whitespace else None
-    if spec.kind == "json":
-        return compiler.compile_json_schema(json.dumps(spec.value), any_whitespace=spec.any_whitespace,
-                                            max_whitespace_cnt=ws)
-    if spec.kind == "json_object":
-        # JSON mode: an object (what OpenAI's json_object promises), any content inside.
-        return compiler.compile_json_schema('{"type": "object"}', any_whitespace=spec.any_whitespace,
-                                            strict_mode=False, max_whitespace_cnt=ws)
-    if spec.kind == "regex":
-        return compiler.compile_regex(spec.value)
-    if spec.kind == "choice":
-        return compiler.compile_grammar(
-            "root ::= " + " | ".join(json.dumps(c, ensure_ascii=False) for c in spec.value))
-    return compiler.compile_grammar(spec.value)
+def _wire_value(spec: StructuredSpec) -> Any:
+    return list(spec.value) if spec.kind == "choice" else spec.value
 
+
+def _refusal_message(spec: StructuredSpec, refused: Refused, worker: CompileWorker) -> str:
+    field = f"{PARAM}.{spec.kind}"
+    what = _WHAT[spec.kind]
+    if refused.reason == "invalid":
+        return f"{field} could not be compiled into a grammar; check that it is a valid {what}."
+    if refused.reason == "too_long":
+        return (f"{field} demands documents too long to generate: some point of the {what} still needs about "
+                f"{refused.detail} bytes to be complete (the limit is {worker.max_completion}). Lower its "
+                "repetition counts (x{n}, minLength, minItems) or nesting.")
+    if refused.reason == "time":
+        return (f"{field} is too complex: compiling the {what} took more than the server's budget of "
+                f"{worker.cpu_s:g} s. Simplify it (fewer or smaller bounded repetitions, fewer optional parts).")
+    return (f"{field} is too complex: compiling the {what} needed more than the server's memory budget "
+            f"({worker.memory_bytes >> 20} MiB). Simplify it (smaller repetition counts, less nesting).")
