@@ -29,7 +29,9 @@ def peek_state(token: str) -> StateTag | None:
     payload = parts[2]
     try:
         data = orjson.loads(base64.urlsafe_b64decode(payload + "=" * (-len(payload) % 4)))
-        stream, seq = (data["r"], data["i"], data["c"]), data["s"]
+        # the key id is part of the stream: a state signed with another secret is never "reordered"
+        # against this server's own, it reaches the codec and is refused as unknown_key
+        stream, seq = (parts[1], data["r"], data["i"], data["c"]), data["s"]
         hash(stream)
     except (binascii.Error, ValueError, KeyError, TypeError):
         return None
