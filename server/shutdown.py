@@ -115,18 +115,45 @@ class GracefulServer(uvicorn.Server):
         self.ctx = ctx
         self.shutdown_timeout = shutdown_timeout
 
+    def handle_exit(self, sig: int, frame: Any) -> None:
+        """uvicorn's convention: a second SIGINT while shutting down quits at once; here a second
+        SIGTERM does too (a supervisor's "I mean it")."""
+        if self.should_exit and sig in (signal.SIGINT, signal.SIGTERM):
+            self._captured_signals.append(sig)
+            self.force_exit = True
+            return
+        super().handle_exit(sig, frame)
+
+    async def _idle_or_forced(self, drain: Drain, timeout: float) -> bool:
+        """Until nothing is in flight (True), ``timeout`` passed or a second signal came (False)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        while not self.force_exit:
+            if await drain.wait_idle(min(0.1, max(0.0, deadline - loop.time()))):
+                return True
+            if loop.time() >= deadline:
+                return False
+        return False
+
     async def shutdown(self, sockets: Any = None) -> None:
         for server in self.servers:  # stop accepting before anything else
             server.close()
         drain = self.ctx.service(drain_of)
         drain.draining = True
-        log.info("draining: %d request(s) in flight, up to %g s", drain.in_flight, self.shutdown_timeout)
-        if not await drain.wait_idle(self.shutdown_timeout):
-            log.warning("shutdown timeout: ending %d request(s) still in flight", drain.in_flight)
+        log.info("draining: %d request(s) in flight, up to %g s (a second signal quits at once)",
+                 drain.in_flight, self.shutdown_timeout)
+        if not await self._idle_or_forced(drain, self.shutdown_timeout):
+            if self.force_exit:
+                log.warning("second signal: ending %d request(s) in flight now", drain.in_flight)
+            else:
+                log.warning("shutdown timeout: ending %d request(s) still in flight", drain.in_flight)
             if self.ctx.engine is not None:
                 await self.ctx.engine.close()  # every generation still running ends with EngineShutDown
-            await drain.wait_idle(WIND_DOWN_S)
+            await self._idle_or_forced(drain, WIND_DOWN_S)
         await asyncio.sleep(FLUSH_S)  # the last frames and events leave before connections close
+        # uvicorn's own end, never its forced form: that skips the lifespan's end, whose task is then
+        # cancelled with the loop (a CancelledError traceback); the work is over, so this is quick
+        self.force_exit = False
         await super().shutdown(sockets)
 
     @contextlib.contextmanager

@@ -81,10 +81,9 @@ async def _sse(events: AsyncIterator[dict[str, Any]], *, flavor: str) -> AsyncIt
             yield sse_event(body)
         else:
             yield b"data: " + orjson.dumps(body) + b"\n\n"
-        return
     finally:
         await events.aclose()  # type: ignore[attr-defined]
-    if flavor == "openai":
+    if flavor == "openai":  # after an error event too, as vLLM: a client reading to [DONE] is not left waiting
         yield b"data: [DONE]\n\n"
 
 

@@ -98,11 +98,12 @@ def test_a_failing_remote_engine_is_a_clear_error_on_every_api(render: ServerPro
     assert r.status_code == status and words in r.json()["error"]["message"], r.text
     r = httpx.post(render.url + "/v1/messages", json=MESSAGES, timeout=30)
     assert r.status_code == status and r.json()["type"] == "error" and words in r.json()["error"]["message"]
-    # OpenAI SSE: before the first event an HTTP error, after it an error event ending the stream
+    # OpenAI SSE: before the first event an HTTP error, after it an error event, then [DONE]
     r = httpx.post(render.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=30)
     if mid:
         events = sse_data(r.text)
-        assert r.status_code == 200 and words in events[-1]["error"]["message"] and events[-1]["error"]["code"] == status
+        assert r.status_code == 200 and events[-1] == "[DONE]"  # after the error event, as vLLM
+        assert words in events[-2]["error"]["message"] and events[-2]["error"]["code"] == status
     else:
         assert r.status_code == status and words in r.json()["error"]["message"]
     # WebSocket: an error frame for the request, and the session lives on

@@ -138,7 +138,7 @@ def test_past_the_shutdown_timeout_work_in_flight_ends_with_a_clear_error(asset:
         srv.stop()
     error = {"message": "The server is shutting down; retry the request (on another replica).",
              "type": "ServiceUnavailableError", "param": None, "code": 503}
-    assert sse.events[-1] == {"error": error}
+    assert sse.events[-2:] == [{"error": error}, "[DONE]"]  # the error event, then [DONE] as vLLM
     assert json_answer and json_answer[0].status_code == 503 and json_answer[0].json() == {"error": error}
     last = [f for f in frames if f.get("id") == "c"][-1]
     assert (last["type"], last["error"]["code"], last["error"]["message"]) == ("error", "shutting_down",
