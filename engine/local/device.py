@@ -63,3 +63,22 @@ def resolve_threads(explicit: int | None = None) -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux
         return max(1, os.cpu_count() or 1)
+
+
+DEFAULT_PREFIX_CACHE_MB = 64.0
+
+
+def resolve_prefix_cache_mb(explicit: float | None = None) -> float:
+    """Memory for prefix caching in MiB: explicit, else ``TOKENWIRE_PREFIX_CACHE_MB``, else
+    :data:`DEFAULT_PREFIX_CACHE_MB`; 0 turns it off."""
+    for value in (explicit, os.environ.get("TOKENWIRE_PREFIX_CACHE_MB")):
+        if value is None or value == "":
+            continue
+        try:
+            mb = float(value)
+        except ValueError:
+            log.warning("ignoring TOKENWIRE_PREFIX_CACHE_MB=%r (not a number)", value)
+            continue
+        if mb >= 0:
+            return mb
+    return DEFAULT_PREFIX_CACHE_MB

@@ -29,9 +29,10 @@ import torch
 
 from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineUnavailable
 from engine.interface import Engine, EngineHealth, EngineOutput
-from engine.local.device import resolve_dtype, resolve_threads
+from engine.local.device import resolve_dtype, resolve_prefix_cache_mb, resolve_threads
 from engine.local.grammar import Grammars
 from engine.local.params import ModelLimits, resolve
+from engine.local.prefix import PrefixCache
 from engine.local.runner import ModelRunner, read_limits
 from engine.local.sampling import Sampled, SampleRow, sample
 from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
@@ -52,7 +53,8 @@ class LocalEngine(Engine):
 
     def __init__(self, model_dir: Path, *, model_name: str, max_model_len: int, dtype: str = "auto",
                  max_num_seqs: int = 32, max_num_batched_tokens: int = 2048, max_waiting: int = 256,
-                 num_threads: int | None = None, outbox_capacity: int = DEFAULT_CAPACITY) -> None:
+                 num_threads: int | None = None, outbox_capacity: int = DEFAULT_CAPACITY,
+                 prefix_cache_mb: float | None = None) -> None:
         self.model_dir = Path(model_dir)
         self.model_name = model_name
         self.max_model_len = max_model_len
@@ -62,10 +64,11 @@ class LocalEngine(Engine):
         self.outbox_capacity = outbox_capacity
         self.limits: ModelLimits = read_limits(self.model_dir, max_model_len, max_n=max_num_seqs)
         self.vision = VisionSpec.read(self.model_dir)  # None: a text model (features refused)
+        self.prefix = PrefixCache(int(resolve_prefix_cache_mb(prefix_cache_mb) * 2**20))
         self.scheduler = Scheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
-                                   max_waiting=max_waiting + 1)
+                                   max_waiting=max_waiting + 1, prefix=self.prefix)
         self.runner = ModelRunner(self.model_dir, dtype=self.dtype, max_rows=max_num_seqs,
-                                  max_model_len=max_model_len, vision=self.vision)
+                                  max_model_len=max_model_len, vision=self.vision, prefix=self.prefix)
         self.grammars = Grammars(self.model_dir, self.limits.vocab_size)
         # shared with the engine thread (guarded by _cv)
         self._cv = threading.Condition()
@@ -212,7 +215,14 @@ class LocalEngine(Engine):
             "closing_seconds": round(self.grammars.closing_seconds, 6),
             "max_num_seqs": self.scheduler.max_num_seqs,
             "max_num_batched_tokens": self.scheduler.max_num_batched_tokens,
+            **self.prefix.stats(),  # written by the engine thread; read as they are
         }
+
+    def set_threads(self, n: int) -> None:
+        """Change the engine thread's torch thread count from the next step on (benchmarks)."""
+        if n < 1:
+            raise ValueError("threads must be at least 1")
+        self._post("threads", n)
 
     # --- loop side helpers -----------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -271,6 +281,9 @@ class LocalEngine(Engine):
             for kind, payload in msgs:
                 if kind == "add":
                     self._admit(payload, out)
+                elif kind == "threads":
+                    torch.set_num_threads(payload)
+                    self.num_threads = payload
                 else:
                     keys, notify = payload
                     for group in sched.abort(keys):

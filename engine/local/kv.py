@@ -119,6 +119,25 @@ class KVStore:
                 buf[a, :, :n].copy_(buf[b, :, :n])
                 buf[b, :, :n].copy_(tmp)
 
+    # --- prefix caching (engine.local.prefix) ----------------------------------------------
+    def read_row(self, row: int, length: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """A copy of the first ``length`` positions of ``row``: per layer (keys, values), each
+        ``[kv_heads, length, head_dim]``."""
+        out = []
+        for kb, vb in zip(self.keys, self.values, strict=True):
+            assert kb is not None and vb is not None
+            out.append((kb[row, :, :length].clone(), vb[row, :, :length].clone()))
+        return out
+
+    def write_row(self, row: int, data: list[tuple[torch.Tensor, torch.Tensor]], length: int) -> None:
+        """Copy the first ``length`` positions of ``data`` (from :meth:`read_row`) into ``row``."""
+        for layer, (k, v) in enumerate(data):
+            kb, vb = self.keys[layer], self.values[layer]
+            if kb is None or vb is None:
+                kb, vb = self._allocate(layer, k[None])
+            kb[row, :, :length].copy_(k[:, :length])
+            vb[row, :, :length].copy_(v[:, :length])
+
     # --- the model-facing side -------------------------------------------------------------
     def write(self, layer: int, key: torch.Tensor, value: torch.Tensor, plan: WritePlan) -> tuple[
             torch.Tensor, torch.Tensor]:

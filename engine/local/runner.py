@@ -34,6 +34,7 @@ from engine.errors import EngineUnavailable
 from engine.local import vision
 from engine.local.kv import KVStore, StepCache, WritePlan
 from engine.local.params import XGRAMMAR_MISSING, ModelLimits
+from engine.local.prefix import PrefixCache
 from engine.local.scheduler import KVOp, PrefillChunk, Sequence
 from engine.local.vision import VisionPrompt, VisionSpec
 
@@ -42,7 +43,7 @@ log = logging.getLogger("tokenwire.engine")
 
 class ModelRunner:
     def __init__(self, model_dir: Path, *, dtype: torch.dtype, max_rows: int, max_model_len: int,
-                 vision: VisionSpec | None = None) -> None:
+                 vision: VisionSpec | None = None, prefix: PrefixCache | None = None) -> None:
         self.model_dir = model_dir
         self.vision = vision  # a vision-language model: images in prefill, 3-D (M-RoPE) positions
         self.dtype = dtype
@@ -52,6 +53,7 @@ class ModelRunner:
         self.kv: KVStore | None = None
         self.sliding_window: int | None = None
         self.vocab_size = 0
+        self.prefix = prefix  # prefix caching: its entries' tensors are filled and read here
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -96,6 +98,10 @@ class ModelRunner:
             raise EngineUnavailable(
                 f"the model in {self.model_dir} ({type(self.model).__name__}) is not supported by the local "
                 f"engine: only {len(seen)} of its {expected} layers use a standard KV cache.")
+        if self.prefix is not None:  # what one cached position costs: keys and values of every layer
+            self.prefix.bytes_per_token = sum(
+                t.shape[1] * t.shape[3] * t.element_size() for t in (*self.kv.keys, *self.kv.values)
+                if t is not None)
         self.kv.release_memory()
 
     # --- KV housekeeping -------------------------------------------------------------------
@@ -113,8 +119,12 @@ class ModelRunner:
         for op in ops:
             if op.kind == "move":
                 self.kv.move_row(op.src, op.dst, op.length)
-            else:
+            elif op.kind == "swap":
                 self.kv.swap_rows(op.src, op.dst, op.length, op.length)
+            elif op.kind == "save":
+                op.entry.data = self.kv.read_row(op.src, op.length)
+            else:  # "load"
+                self.kv.write_row(op.dst, op.entry.data, op.length)
 
     def fit(self, rows: int, length: int) -> None:
         """Shrink the KV buffers towards what ``rows`` live sequences of at most ``length``

@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from engine.local.params import ResolvedParams
+from engine.local.prefix import PrefixCache
 
 
 class SeqState(enum.Enum):
@@ -125,10 +126,11 @@ class KVOp:
     """A row operation for the KV store: ``move`` copies ``src``'s first ``length`` positions
     into ``dst``; ``swap`` exchanges two rows (``length`` covers both)."""
 
-    kind: str  # "move" | "swap"
+    kind: str  # "move" | "swap" | "load" (prefix cache entry -> row dst) | "save" (row src -> entry)
     src: int
     dst: int
     length: int
+    entry: Any = None  # the prefix cache entry of a "load" / "save" (engine.local.prefix)
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,9 +159,11 @@ class Overloaded(Exception):
 
 
 class Scheduler:
-    def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, max_waiting: int) -> None:
+    def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, max_waiting: int,
+                 prefix: PrefixCache | None = None) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1 or max_waiting < 0:
             raise ValueError("scheduler limits must be positive")
+        self.prefix = prefix  # prefix caching (engine.local.prefix), or None
         self.max_num_seqs = max_num_seqs
         self.max_num_batched_tokens = max_num_batched_tokens
         self.max_waiting = max_waiting
@@ -231,14 +235,32 @@ class Scheduler:
                 if self.live_sequences + self.reserved + len(group.seqs) > self.max_num_seqs:
                     break
                 first = group.seqs[0]
-                if chunks and (len(chunks) + 1) * max(width, first.prefill_end) > budget:
+                hit = self._cached_prefix(first)
+                todo = first.prefill_end - (hit[1] if hit is not None else 0)
+                if chunks and (len(chunks) + 1) * max(width, todo) > budget:
                     break
                 self.waiting.popleft()
                 group.admitted = True
                 self._start_prefill(first)
+                if hit is not None:  # its first positions come from the prefix cache
+                    assert self.prefix is not None
+                    self.prefix.use(*hit)
+                    self.pending_ops.append(KVOp("load", -1, first.row, hit[1], hit[0]))
+                    first.computed = hit[1]
                 self.reserved += len(group.seqs) - 1
                 fit(first)
         return StepPlan(prefill=chunks, decode=decode)
+
+    def _cacheable(self, seq: Sequence) -> bool:
+        group = seq.group
+        return (self.prefix is not None and self.prefix.enabled and group.mm is None
+                and group.params.output_offset == 0)
+
+    def _cached_prefix(self, seq: Sequence) -> tuple[Any, int] | None:
+        if not self._cacheable(seq):
+            return None
+        assert self.prefix is not None
+        return self.prefix.lookup(seq.prompt, seq.prefill_end - 1)
 
     def _start_prefill(self, seq: Sequence) -> None:
         seq.state = SeqState.PREFILL
@@ -259,6 +281,11 @@ class Scheduler:
         if not chunk.completes or seq.state is not SeqState.PREFILL:
             return []
         self._promote(seq)
+        if self._cacheable(seq):
+            assert self.prefix is not None
+            entry = self.prefix.admit(seq.prompt, seq.prefill_end)
+            if entry is not None:  # copied out of its row before any later row move
+                self.pending_ops.append(KVOp("save", seq.row, -1, len(entry.tokens), entry))
         forks = [s for s in seq.group.seqs if s is not seq and s.state is SeqState.WAITING]
         for child in forks:
             self._fork(seq, child)

@@ -1,0 +1,145 @@
+"""Prefix caching for the local engine: keys and values of earlier prompts, reused by later ones.
+
+When a sequence's prompt has been prefilled, the keys and values of its first
+``BLOCK · ⌊prefill_end / BLOCK⌋`` positions are copied out of its KV row into an entry here
+(:class:`PrefixCache`, an LRU bounded in bytes). A later request whose prompt starts with the same
+tokens gets those positions copied into its own row when it is admitted, and its prefill starts
+after them: only the rest of the prompt is computed. At least one prompt token is always computed,
+because the first output token needs its logits.
+
+Matching is by whole blocks of ``BLOCK`` tokens, through a chain of hashes (each block's hash
+covers every token before it, so a hit on block ``i`` means the whole prefix up to it matched);
+the matched tokens are then compared for real, so a hash collision can only cost a miss. The index
+is torch-free: the scheduler looks prefixes up at admission and records copy operations; the
+runner (engine thread) fills and reads the entries' tensors when it applies those operations.
+
+Left out, on purpose: requests with images (their placeholder tokens do not say which image) and
+resumed generations (``output_offset`` > 0: their exactness in bf16 depends on recomputing the
+prompt as the interrupted stream did, see docs/engine.md).
+
+Exactness: reusing keys and values computed in another forward means the suffix is computed with
+other matmul shapes than a full prefill; in fp32 greedy output is the same token for token
+(tests/unit/test_engine_prefix.py), in bf16 the batch caveat of docs/engine.md applies.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+BLOCK = 16
+
+
+@dataclass(eq=False, slots=True)
+class PrefixEntry:
+    tokens: tuple[int, ...]  # a whole number of blocks
+    hashes: list[int]  # the hash chain of its blocks
+    nbytes: int = 0  # set when the runner stores the tensors
+    data: Any = None  # per layer (keys, values) [kv_heads, len(tokens), head_dim]; the runner's
+    hits: int = field(default=0)
+
+
+def block_hashes(tokens: list[int] | tuple[int, ...], blocks: int) -> list[int]:
+    out: list[int] = []
+    h = 0
+    for i in range(blocks):
+        h = hash((h, tuple(tokens[i * BLOCK:(i + 1) * BLOCK])))
+        out.append(h)
+    return out
+
+
+class PrefixCache:
+    """Entries by block-hash chain, evicted least-recently-used first past ``max_bytes``.
+
+    ``bytes_per_token`` is what one cached position costs (all layers, keys and values); the
+    runner sets it at load time. ``max_bytes == 0`` turns caching off.
+    """
+
+    def __init__(self, max_bytes: int) -> None:
+        self.max_bytes = max(0, int(max_bytes))
+        self.bytes_per_token = 0
+        self.entries: OrderedDict[int, PrefixEntry] = OrderedDict()  # id -> entry, LRU order
+        self._by_hash: dict[int, PrefixEntry] = {}
+        self.nbytes = 0
+        self.hits = 0
+        self.hit_tokens = 0
+        self.evictions = 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.max_bytes > 0 and self.bytes_per_token > 0
+
+    def lookup(self, prompt: list[int], limit: int) -> tuple[PrefixEntry, int] | None:
+        """The entry sharing the longest whole-block prefix with ``prompt``, and how many positions
+        to take from it: at most ``limit`` (the positions the prefill would compute, less one)."""
+        if not self.enabled or limit < BLOCK:
+            return None
+        blocks = min(len(prompt), limit + 1) // BLOCK
+        best: PrefixEntry | None = None
+        matched = 0
+        h = 0
+        for i in range(blocks):
+            h = hash((h, tuple(prompt[i * BLOCK:(i + 1) * BLOCK])))
+            entry = self._by_hash.get(h)
+            if entry is None:
+                break
+            best, matched = entry, (i + 1) * BLOCK
+        if best is None:
+            return None
+        matched = min(matched, limit)
+        if list(best.tokens[:matched]) != prompt[:matched]:  # a hash collision: a miss, never a wrong hit
+            return None
+        return best, matched
+
+    def use(self, entry: PrefixEntry, matched: int) -> None:
+        """Count a lookup's answer as used (and make its entry the most recently used)."""
+        if id(entry) in self.entries:
+            self.entries.move_to_end(id(entry))
+        entry.hits += 1
+        self.hits += 1
+        self.hit_tokens += matched
+
+    def admit(self, prompt: list[int], length: int) -> PrefixEntry | None:
+        """A new entry for ``prompt[:length]`` rounded down to whole blocks, or None when it is too
+        short, too big for the budget, or already covered by an entry at least as long."""
+        if not self.enabled:
+            return None
+        blocks = length // BLOCK
+        if blocks == 0 or blocks * BLOCK * self.bytes_per_token > self.max_bytes:
+            return None
+        tokens = tuple(prompt[:blocks * BLOCK])
+        hashes = block_hashes(tokens, blocks)
+        have = self._by_hash.get(hashes[-1])
+        if have is not None and have.tokens[:len(tokens)] == tokens:
+            self.entries.move_to_end(id(have))  # the same prefix again: keep the one stored
+            return None
+        entry = PrefixEntry(tokens, hashes, nbytes=len(tokens) * self.bytes_per_token)
+        self._evict(self.max_bytes - entry.nbytes)
+        self.entries[id(entry)] = entry
+        for h in hashes:  # the newest entry answers for every prefix it holds
+            self._by_hash[h] = entry
+        self.nbytes += entry.nbytes
+        return entry
+
+    def _evict(self, room: int) -> None:
+        while self.entries and self.nbytes > room:
+            _, old = self.entries.popitem(last=False)
+            self._drop(old)
+            self.evictions += 1
+
+    def _drop(self, entry: PrefixEntry) -> None:
+        for h in entry.hashes:
+            if self._by_hash.get(h) is entry:
+                del self._by_hash[h]
+        self.nbytes -= entry.nbytes  # its tensors go with the last reference (a pending copy may hold one)
+
+    def clear(self) -> None:
+        for entry in list(self.entries.values()):
+            self._drop(entry)
+        self.entries.clear()
+
+    def stats(self) -> dict[str, int]:
+        return {"prefix_cache_entries": len(self.entries), "prefix_cache_bytes": self.nbytes,
+                "prefix_cache_max_bytes": self.max_bytes, "prefix_cache_hits": self.hits,
+                "prefix_cache_hit_tokens": self.hit_tokens, "prefix_cache_evictions": self.evictions}
