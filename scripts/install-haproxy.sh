@@ -8,7 +8,7 @@ if command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ]; then
 fi
 if ! command -v apt-get >/dev/null 2>&1; then
     echo "scripts/install-haproxy.sh: no haproxy and no apt-get; install HAProxy (>= 2.4) and put it on PATH" \
-         "(the deployment tests, marked 'deploy', fail without it; deselect them with -m 'not deploy')." >&2
+         "(the deployment tests, tests/e2e/test_deploy_*.py, fail without it)." >&2
     exit 0  # let the rest of the suite run
 fi
 SUDO=""

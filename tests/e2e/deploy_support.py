@@ -1,0 +1,214 @@
+"""The reference deployment of deploy/ (docs/deploy.md) on loopback, for the end-to-end tests:
+
+    clients ──▶ HAProxy (deploy/haproxy/frontends.cfg) ──▶ fe1, fe2: tokenwire launch render --engine-url <engine LB>
+                                                                 │ (one shared --state-secret)
+                                                                 ▼
+                             HAProxy (deploy/haproxy/engines.cfg) ──▶ engine1, engine2: tokenwire serve --tokens-only
+
+Every process is real: HAProxy from the Debian package (scripts/install-haproxy.sh), the tokenwire
+CLI, the tiny-qwen3 model in fp32 (so every replica, and every resumed stream, computes the same
+greedy tokens). :class:`Topology` starts the whole thing, waits until both balancers see every
+server UP, and reads each balancer's view of its servers from HAProxy's CSV stats page.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import threading
+from collections import deque
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import httpx
+
+from tests.support.server_proc import ServerProcess
+from tests.support.waiting import wait_until
+
+ROOT = Path(__file__).resolve().parents[2]
+FRONTENDS_CFG = ROOT / "deploy" / "haproxy" / "frontends.cfg"
+ENGINES_CFG = ROOT / "deploy" / "haproxy" / "engines.cfg"
+# shared by both front ends; at least 32 bytes (a secret will need that, issue 23 item 3)
+SECRET = "tokenwire-deploy-tests-shared-state-secret-2026"
+NO_TORCH = "import sys\nsys.modules['torch'] = None\n"  # a front end never loads torch
+FRONTEND_FLAGS = ("--tool-call-parser", "hermes", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice")
+
+
+def haproxy_binary() -> str:
+    found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
+    if found is None:
+        raise RuntimeError("HAProxy is not installed: run scripts/install-haproxy.sh (scripts/test.sh does)")
+    return found
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+class HAProxy:
+    """``haproxy -f <cfg> -db`` with the addresses in its environment; ``stats()`` reads its CSV."""
+
+    def __init__(self, config: Path, env: dict[str, str], stats_var: str) -> None:
+        self.config = config
+        self.env = {**os.environ, **env}
+        self.stats_url = f"http://{env[stats_var]}/stats;csv"
+        self.proc: subprocess.Popen[str] | None = None
+        self.lines: deque[str] = deque(maxlen=500)
+
+    def start(self) -> HAProxy:
+        self.proc = subprocess.Popen([haproxy_binary(), "-f", str(self.config), "-db"], env=self.env, text=True,
+                                     stdout=subprocess.PIPE, stderr=subprocess.STDOUT, bufsize=1)
+        threading.Thread(target=self._pump, daemon=True).start()
+        wait_until(self._stats_or_exit, f"HAProxy ({self.config.name}) to serve its stats page", timeout=20,
+                   detail=self.output)
+        assert self.proc.poll() is None, self.output()
+        return self
+
+    def _pump(self) -> None:
+        assert self.proc is not None and self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.append(line.rstrip("\n"))
+
+    def _stats_or_exit(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            return True  # start() then fails with its output
+        try:
+            return httpx.get(self.stats_url, timeout=2).status_code == 200
+        except httpx.HTTPError:
+            return False
+
+    def output(self) -> str:
+        return "\n".join(self.lines)
+
+    def stats(self) -> dict[str, dict[str, str]]:
+        """server name → its CSV row (``status``: UP / DOWN / …, ``scur``: current sessions, ``stot``: total)."""
+        text = httpx.get(self.stats_url, timeout=5).text.lstrip("# ")
+        return {row["svname"]: row for row in csv.DictReader(io.StringIO(text))
+                if row["svname"] not in ("FRONTEND", "BACKEND")}
+
+    def status(self) -> dict[str, str]:
+        return {name: row["status"].split()[0] for name, row in self.stats().items()}
+
+    def wait_status(self, want: dict[str, str], timeout: float = 30) -> None:
+        wait_until(lambda: all(self.status().get(k) == v for k, v in want.items()),
+                   f"HAProxy ({self.config.name}) to see {want}", timeout=timeout, interval=0.1, detail=self.status)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+
+class Topology:
+    """Two engines behind one HAProxy, two front ends on its URL behind another HAProxy.
+
+    ``wire``: ``"ws"`` (the reference deployment: tokenwire's multiplexed engine link) or ``"http"``
+    (the vLLM HTTP wire). ``url`` is the one URL clients use."""
+
+    def __init__(self, model: Path, *, wire: Literal["ws", "http"] = "ws", frontend_args: Sequence[str] = (),
+                 engine_args: Sequence[str] = ()) -> None:
+        self.model = model
+        self.wire = wire
+        self.frontend_args = list(frontend_args)
+        self.engine_args = list(engine_args)
+        self.engines: list[ServerProcess] = []
+        self.frontends: list[ServerProcess] = []
+        self.engine_lb: HAProxy | None = None
+        self.lb: HAProxy | None = None
+        self.url = ""
+
+    def __enter__(self) -> Topology:
+        try:
+            self.start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    def start(self) -> None:
+        for _ in range(2):
+            self.engines.append(ServerProcess(["serve", str(self.model), "--tokens-only", "--dtype", "float32",
+                                               *self.engine_args]).start())
+        engine_port, engine_stats = free_port(), free_port()
+        self.engine_lb = HAProxy(ENGINES_CFG, {
+            "TW_ENGINE_LB_BIND": f"127.0.0.1:{engine_port}", "TW_ENGINE_STATS_BIND": f"127.0.0.1:{engine_stats}",
+            "TW_ENGINE1": hostport(self.engines[0].url), "TW_ENGINE2": hostport(self.engines[1].url)},
+            "TW_ENGINE_STATS_BIND").start()
+        self.engine_lb.wait_status({"engine1": "UP", "engine2": "UP"})
+        self.engine_url = f"{self.wire}://127.0.0.1:{engine_port}"
+        for _ in range(2):
+            self.frontends.append(self._frontend())
+        port, stats = free_port(), free_port()
+        self.lb = HAProxy(FRONTENDS_CFG, {
+            "TW_LB_BIND": f"127.0.0.1:{port}", "TW_STATS_BIND": f"127.0.0.1:{stats}",
+            "TW_FE1": hostport(self.frontends[0].url), "TW_FE2": hostport(self.frontends[1].url)},
+            "TW_STATS_BIND").start()
+        self.lb.wait_status({"fe1": "UP", "fe2": "UP"})
+        self.url = f"http://127.0.0.1:{port}"
+
+    def _frontend(self) -> ServerProcess:
+        return ServerProcess(["launch", "render", str(self.model), "--engine-url", self.engine_url,
+                              "--state-secret", SECRET, *FRONTEND_FLAGS, *self.frontend_args],
+                             preamble=NO_TORCH).start()
+
+    def stop(self) -> None:
+        for part in (self.lb, *self.frontends, self.engine_lb, *self.engines):
+            if part is not None:
+                part.stop()
+
+    def frontend_named(self, name: str) -> ServerProcess:
+        return self.frontends[int(name[-1]) - 1]
+
+    def outputs(self) -> str:
+        parts = [("front LB", self.lb), ("engine LB", self.engine_lb)]
+        text = "".join(f"\n--- {n}\n{p.output()}" for n, p in parts if p is not None)
+        for i, srv in enumerate(self.frontends):
+            text += f"\n--- fe{i + 1}\n{srv.output()[-4000:]}"
+        for i, srv in enumerate(self.engines):
+            text += f"\n--- engine{i + 1}\n{srv.output()[-4000:]}"
+        return text
+
+
+def hostport(url: str) -> str:
+    return url.split("//", 1)[1].rstrip("/")
+
+
+def sessions_per_server(lb: HAProxy) -> dict[str, int]:
+    return {name: int(row["scur"] or 0) for name, row in lb.stats().items()}
+
+
+def reference(url: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+    """The uninterrupted, non-streaming answer through the balancer."""
+    r = httpx.post(url + path, json=body, timeout=120)
+    assert r.status_code == 200, r.text
+    answer: dict[str, Any] = r.json()
+    return answer
+
+
+def regex_literal(text: str) -> str:
+    """A regex matching exactly ``text`` (for structured_outputs: the model is made to write a script)."""
+    out = []
+    for ch in text:
+        if ch == "\n":
+            out.append("\\n")
+        elif ch in ".^$*+?()[]{}|\\/\"":
+            out.append("\\" + ch)
+        else:
+            out.append(ch)
+    return "".join(out)
