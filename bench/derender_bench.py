@@ -177,7 +177,7 @@ def chunk_sweep(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> di
 
 
 def _service(tok: Any) -> DerenderService:
-    return DerenderService(tok, model_name="bench", max_model_len=32768, codec=StateCodec([b"bench-secret"]),
+    return DerenderService(tok, model_name="bench", max_model_len=32768, codec=StateCodec([b"bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz"]),
                            parsers=resolve_parsers("hermes", "qwen3", enable_auto_tool_choice=True))
 
 
@@ -266,7 +266,7 @@ def http_stream(tok: Any, ids: list[int], prompt: list[int], size: int = 1) -> d
     from tests.support.server_proc import ServerProcess
 
     args = ["launch", "render", str(ensure("qwen3")), "--served-model-name", "bench", "--tool-call-parser", "hermes",
-            "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--state-secret", "bench-secret",
+            "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--state-secret", "bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
             "--log-level", "warning"]
     with ServerProcess(args, preamble="import sys\nsys.modules['torch'] = None\n") as srv:
         return stream_over_http(srv.url, ids, prompt, size)

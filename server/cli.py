@@ -36,6 +36,7 @@ ENVIRONMENT = """\
 environment:
   TOKENWIRE_API_KEY                     an API key to require (as --api-key)
   TOKENWIRE_STATE_SECRET                the derender state secret (as --state-secret)
+  TOKENWIRE_STATE_SECRET_PREVIOUS       the previous state secret while rotating (as a second --state-secret)
   TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS  0 or 1 (alias VLLM_ENABLE_SCALE_OUT_ENDPOINTS; 1 as --enable-scale-out)
   TOKENWIRE_CACHE_DIR                   where the offline model assets are built (default ~/.cache/tokenwire)"""
 
@@ -100,9 +101,11 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help='allow tool_choice "auto" (needs --tool-call-parser)')
     p.add_argument("--api-key", action="append", default=None,
                    help="require this API key (repeatable; env TOKENWIRE_API_KEY)")
-    p.add_argument("--state-secret", default=None,
-                   help="secret that signs derender states; share it between replicas "
-                        "(env TOKENWIRE_STATE_SECRET; default: random per process, with a warning)")
+    p.add_argument("--state-secret", action="append", default=None, metavar="SECRET",
+                   help="secret that signs derender states, at least 32 bytes of random text; share it between "
+                        "replicas. Give it twice to rotate: the new secret first (it signs), then the previous "
+                        "one (it still verifies) (env TOKENWIRE_STATE_SECRET, TOKENWIRE_STATE_SECRET_PREVIOUS; "
+                        "default: random per process, with a warning)")
     p.add_argument("--engine-url", default=None,
                    help="the engine for full pipelines: http://HOST:PORT for any vLLM-compatible tokens-only "
                         "engine (one HTTP stream per request), ws://HOST:PORT for a tokenwire `serve "
@@ -117,6 +120,11 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="expose the scale-out endpoints (same as TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS=1)")
     p.add_argument("--allowed-origin", action="append", default=None,
                    help="allow WebSocket connections from this Origin (repeatable; default: same host)")
+    p.add_argument("--allowed-host", action="append", default=None, metavar="NAME",
+                   help="a host name clients may use in the Host header (repeatable; '*': any). Default "
+                        "without an API key: localhost and IP addresses, plus this machine's name when bound "
+                        "to 0.0.0.0 / ::, or the --host name; with an API key: any. Guards against DNS "
+                        "rebinding")
     p.add_argument("--ws-max-frame-bytes", type=_int_in(1), default=16 * 1024 * 1024,
                    help="largest WebSocket message accepted, in bytes (default 16 MiB; larger closes 1009)")
     p.add_argument("--ws-max-in-flight", type=_int_in(1), default=64,
@@ -206,7 +214,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         except OSError as exc:
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
     keys = tuple(args.api_key or ()) or tuple(k for k in [environ.get("TOKENWIRE_API_KEY")] if k)
-    secret = args.state_secret or environ.get("TOKENWIRE_STATE_SECRET")
+    secret, previous = state_secrets(args, environ)
     extra = {}
     if mode is not Mode.RENDER:
         extra = {"dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
@@ -223,13 +231,15 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         reasoning_parser=args.reasoning_parser,
         enable_auto_tool_choice=args.enable_auto_tool_choice,
         api_keys=keys,
-        state_secret=secret.encode() if secret else None,
+        state_secret=secret,
+        previous_state_secret=previous,
         engine_url=args.engine_url,
         engine_timeout=args.engine_timeout,
         enable_scale_out=args.enable_scale_out,
         log_level=args.log_level,
         access_log=not args.disable_access_log,
         allowed_origins=tuple(args.allowed_origin or ()),
+        allowed_hosts=tuple(args.allowed_host or ()),
         ws_max_frame_bytes=args.ws_max_frame_bytes,
         ws_max_in_flight=args.ws_max_in_flight,
         ws_idle_timeout=args.ws_idle_timeout,
@@ -243,6 +253,26 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         environ=environ,
         **extra,
     )
+
+
+def state_secrets(args: argparse.Namespace, environ: dict[str, str]) -> tuple[bytes | None, bytes | None]:
+    """The current and the previous state secret: ``--state-secret`` given once or twice, else the
+    environment. ``ValueError`` for more than two or a weak one (session/state.py's rules)."""
+    from session.state import check_secret
+
+    given = list(args.state_secret or ())
+    if not given:
+        given = [v for v in (environ.get("TOKENWIRE_STATE_SECRET"), environ.get("TOKENWIRE_STATE_SECRET_PREVIOUS")) if v]
+        if len(given) == 1 and not environ.get("TOKENWIRE_STATE_SECRET"):
+            raise ValueError("TOKENWIRE_STATE_SECRET_PREVIOUS needs TOKENWIRE_STATE_SECRET (the new secret)")
+    if len(given) > 2:
+        raise ValueError("--state-secret is given at most twice: the new secret, then the previous one")
+    secrets = [g.encode() for g in given]
+    for k, secret in enumerate(secrets):
+        check_secret(secret, "--state-secret" if k == 0 else "the previous --state-secret")
+    if len(secrets) == 2 and secrets[0] == secrets[1]:
+        raise ValueError("the two --state-secret values are the same; give the new secret, then the previous one")
+    return (secrets[0] if secrets else None), (secrets[1] if len(secrets) > 1 else None)
 
 
 def keep_torch_out() -> None:
@@ -276,6 +306,7 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> s
     threads = environ.get(NUM_THREADS_ENV, "")
     if args.command == "serve" and threads and not (threads.isdigit() and int(threads) > 0):
         raise ValueError(f"{NUM_THREADS_ENV}={threads!r} is not a positive whole number of threads")
+    state_secrets(args, environ)
     from server.listener import bind
 
     return bind(args.host, args.port, send_buffer=args.socket_send_buffer)

@@ -37,7 +37,8 @@ class Settings:
     reasoning_parser: str | None = None
     enable_auto_tool_choice: bool = False
     api_keys: tuple[str, ...] = ()
-    state_secret: bytes | None = None
+    state_secret: bytes | None = None  # signs derender states (session/state.py: 32 bytes or more)
+    previous_state_secret: bytes | None = None  # still verifies them, while rotating to state_secret
     engine_url: str | None = None
     engine_timeout: float = 300.0  # seconds a remote engine may take to answer (--engine-timeout)
     enable_scale_out: bool = False  # the --enable-scale-out flag
@@ -50,6 +51,9 @@ class Settings:
     max_waiting: int = 256
     # websocket / limits
     allowed_origins: tuple[str, ...] = ()
+    # Host names clients may use to reach this server (server/hosts.py; empty: the default for the
+    # bind address and whether API keys are set; "*": any)
+    allowed_hosts: tuple[str, ...] = ()
     ws_max_frame_bytes: int = 16 * 1024 * 1024  # a 128k-token prompt as JSON fits several times over
     ws_max_in_flight: int = 64  # requests in flight per session
     ws_idle_timeout: float = 300.0  # seconds without frames or requests before the server closes

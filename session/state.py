@@ -6,19 +6,33 @@ with the next chunk, so any replica sharing the secret can continue the stream. 
     tw1.<key id>.<payload>.<mac>
 
 - ``tw1`` — the format version; anything else is refused (``unknown_version``).
-- ``<key id>`` — 8 hex digits naming the secret that signed it (``sha256("tokenwire-state-key|" +
-  secret)``); an unknown id means the state comes from a server with another secret
-  (``unknown_key``). Several secrets may verify (rotation); the first one signs.
+- ``<key id>`` — 8 hex digits naming the secret that signed it; an unknown id means the state
+  comes from a server with another secret (``unknown_key``). Two secrets may verify (rotation:
+  ``--state-secret NEW --state-secret OLD``): a new stream (its first state, sequence number 1) is
+  signed with the first; a stream whose state came signed with the previous one goes on being
+  signed with it (the codec remembers that
+  of the last few thousand streams it continued), so a stream in flight keeps working on the
+  replicas that have not been restarted with the new secret yet.
 - ``<payload>`` — base64url (no padding) of an orjson object: ``{"r": request id, "i": choice
   index, "c": request-context digest, "s": sequence number, "b": body}``, where ``body`` is the
   derenderer's own snapshot.
 - ``<mac>`` — base64url HMAC-SHA256 over ``tw1.<key id>.<payload>`` (32 bytes).
 
+**Secrets.** A secret must be at least :data:`MIN_SECRET_BYTES` (32) bytes with some variety
+(:func:`check_secret`): a state is an offline oracle, so anyone holding one can test guesses at their
+own speed for as long as the secret lives, and a short one (``"a"``) fell to the first guess. The
+MAC key and the key id are both derived from the secret with scrypt (:func:`derive_key`), once per
+process: the key id is a function of the derived key, so it reveals nothing cheaper to test than
+the MAC itself, and every guess at the secret through either costs one scrypt.
+
 Checks run cheapest and safest first: the type and the size cap (default 64 KiB) before anything
 is decoded, the version and key id, then the signature (constant-time) before the payload is
 parsed, then the binding to this request (request id, choice index, context digest). Every failure
 is a :class:`~session.errors.StateError` with a ``reason`` and a message for the client; nothing of
-an unverified state is ever used.
+an unverified state is ever used. A verified payload's integers must fit in 53 bits (``malformed``
+otherwise: no state this server writes carries a larger one), so a body signed with a leaked secret
+cannot overflow the next state's encoding; and an encoding that fails anyway is a ``malformed``
+refusal (400), never a 500.
 
 The sequence number grows by one per step. A server that remembers the last number it saw for a
 stream (a WebSocket session's :class:`~session.state_ledger.StateLedger`, fed by
@@ -31,10 +45,13 @@ from __future__ import annotations
 
 import base64
 import binascii
+import functools
 import hashlib
 import hmac
 import logging
 import secrets
+import threading
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -46,11 +63,14 @@ from session.state_ledger import StateTag
 
 __all__ = [
     "DEFAULT_MAX_STATE_BYTES",
+    "MIN_SECRET_BYTES",
     "VERSION",
     "DecodedState",
     "StateBinding",
     "StateCodec",
+    "check_secret",
     "context_digest",
+    "derive_key",
     "key_id_of",
 ]
 
@@ -66,8 +86,50 @@ RANDOM_SECRET_WARNING = (
 )
 
 
+MIN_SECRET_BYTES = 32
+MIN_SECRET_DISTINCT = 8  # distinct bytes: "a" * 32 is 32 bytes of nothing
+MAX_SECRETS = 2  # the current secret and the previous one (rotation)
+STICKY_STREAMS = 4096  # streams remembered as signed with the previous key (rotation)
+MAX_STATE_INT = 2**53  # |integer| bound inside a verified payload (sequence numbers, counts, offsets, times)
+_SCRYPT = {"n": 2**14, "r": 8, "p": 1}  # ~16 MiB and ~70 ms, once per secret per process
+SECRET_HINT = "generate one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def check_secret(secret: bytes, what: str = "--state-secret") -> None:
+    """Refuse a secret too short or too uniform to sign states (``ValueError`` saying what to do)."""
+    if len(secret) < MIN_SECRET_BYTES:
+        raise ValueError(f"{what} is {len(secret)} bytes; it must be at least {MIN_SECRET_BYTES} bytes of random "
+                         f"text (anyone holding a derender state can test guesses offline); {SECRET_HINT}")
+    if len(set(secret)) < MIN_SECRET_DISTINCT:
+        raise ValueError(f"{what} has fewer than {MIN_SECRET_DISTINCT} distinct characters; use random text, "
+                         f"{SECRET_HINT}")
+
+
+@functools.lru_cache(maxsize=16)
+def derive_key(secret: bytes) -> tuple[bytes, str]:
+    """The MAC key and the key id of ``secret``: scrypt, then the id as an HMAC of a label under the
+    derived key (so a key id costs as much to test a guess against as the MAC does)."""
+    key = hashlib.scrypt(secret, salt=b"tokenwire-state-key/v1", dklen=32, **_SCRYPT)
+    return key, hmac.digest(key, b"tokenwire-state-key-id", "sha256").hex()[:8]
+
+
 def key_id_of(secret: bytes) -> str:
-    return hashlib.sha256(b"tokenwire-state-key|" + secret).hexdigest()[:8]
+    return derive_key(secret)[1]
+
+
+def _bounded(node: Any) -> bool:
+    """True when every integer in ``node`` (a parsed JSON value) is within :data:`MAX_STATE_INT`."""
+    stack = [node]
+    while stack:
+        item = stack.pop()
+        if isinstance(item, int):
+            if not -MAX_STATE_INT <= item <= MAX_STATE_INT:
+                return False
+        elif isinstance(item, dict):
+            stack.extend(item.values())
+        elif isinstance(item, list):
+            stack.extend(item)
+    return True
 
 
 def context_digest(*parts: Any) -> str:
@@ -103,37 +165,68 @@ def _b64d(text: str) -> bytes:
 class StateCodec:
     """Signs and verifies derender states. Pure: the secret comes in, no I/O."""
 
-    __slots__ = ("_keys", "_sign_key", "key_id", "max_bytes", "random_secret")
+    __slots__ = ("_keys", "_lock", "_sign_key", "_sticky", "key_id", "max_bytes", "random_secret")
 
     def __init__(self, secrets_: Sequence[bytes], *, max_bytes: int = DEFAULT_MAX_STATE_BYTES,
                  random_secret: bool = False) -> None:
-        if not secrets_ or not all(secrets_):
-            raise ValueError("StateCodec needs at least one non-empty secret")
-        self._keys = {key_id_of(s): s for s in secrets_}
-        self._sign_key = secrets_[0]
-        self.key_id = key_id_of(secrets_[0])
+        """``secrets_``: the current secret (it signs), then the previous one (it only verifies)."""
+        if not secrets_ or len(secrets_) > MAX_SECRETS:
+            raise ValueError(f"give one --state-secret, or two while rotating (the new one first, then the "
+                             f"previous one); got {len(secrets_)}")
+        for k, secret in enumerate(secrets_):
+            check_secret(secret, "--state-secret" if k == 0 else "the previous --state-secret")
+        derived = [derive_key(s) for s in secrets_]
+        self._keys = {kid: key for key, kid in reversed(derived)}
+        if len(self._keys) != len(secrets_):
+            raise ValueError("the two --state-secret values are the same (or share a key id); give the new "
+                             "secret first and the previous one second")
+        self._sign_key, self.key_id = derived[0]
         self.max_bytes = max_bytes
         self.random_secret = random_secret
+        # streams last continued from a state signed with the previous key → that key's id
+        self._sticky: OrderedDict[StateBinding, str] = OrderedDict()
+        self._lock = threading.Lock()
+
+    @property
+    def key_ids(self) -> tuple[str, ...]:
+        """The ids of the keys that verify, the signing key's first."""
+        return (self.key_id, *(k for k in self._keys if k != self.key_id))
 
     @classmethod
-    def from_secret(cls, secret: bytes | str | None, *, max_bytes: int = DEFAULT_MAX_STATE_BYTES,
-                    warn: bool = True) -> StateCodec:
-        """The codec for a configured secret; without one, a random per-process secret (and a
-        WARNING that replicas will not accept each other's states)."""
+    def from_secret(cls, secret: bytes | str | None, *, previous: bytes | str | None = None,
+                    max_bytes: int = DEFAULT_MAX_STATE_BYTES, warn: bool = True) -> StateCodec:
+        """The codec for a configured secret (and, while rotating, the previous one, which still
+        verifies); without one, a random per-process secret (and a WARNING that replicas will not
+        accept each other's states)."""
         if isinstance(secret, str):
             secret = secret.encode()
+        if isinstance(previous, str):
+            previous = previous.encode()
         if secret:
-            return cls([secret], max_bytes=max_bytes)
+            return cls([secret, previous] if previous else [secret], max_bytes=max_bytes)
+        if previous:
+            raise ValueError("a previous --state-secret needs a current one first")
         if warn:
             log.warning(RANDOM_SECRET_WARNING)
         return cls([secrets.token_bytes(32)], max_bytes=max_bytes, random_secret=True)
 
     # --- encode --------------------------------------------------------------------------------
     def encode(self, binding: StateBinding, seq: int, body: dict[str, Any]) -> str:
-        payload = orjson.dumps({"r": binding.request_id, "i": binding.choice_index, "c": binding.context,
-                                "s": seq, "b": body})
-        head = f"{VERSION}.{self.key_id}.{_b64e(payload)}"
-        mac = hmac.digest(self._sign_key, head.encode(), "sha256")
+        try:
+            payload = orjson.dumps({"r": binding.request_id, "i": binding.choice_index, "c": binding.context,
+                                    "s": seq, "b": body})
+        except TypeError:  # e.g. an integer past 64 bits, from a restored body no server of ours wrote
+            raise StateError("stream_state cannot be continued (it holds values this server never writes); "
+                             "restart the stream.", reason="malformed") from None
+        kid = self.key_id
+        if self._sticky:
+            with self._lock:
+                if seq > 1:
+                    kid = self._sticky.get(binding, kid)
+                else:  # a stream's first state starts it afresh: the current key
+                    self._sticky.pop(binding, None)
+        head = f"{VERSION}.{kid}.{_b64e(payload)}"
+        mac = hmac.digest(self._keys[kid], head.encode(), "sha256")
         token = f"{head}.{_b64e(mac)}"
         if len(token) > self.max_bytes:
             raise StateError(
@@ -145,7 +238,7 @@ class StateCodec:
     # --- decode --------------------------------------------------------------------------------
     def decode(self, token: Any, binding: StateBinding) -> DecodedState:
         """Verify ``token`` and return its sequence number and body, or raise :class:`StateError`."""
-        rid, index, ctx, seq, body = self._verify(token)
+        kid, rid, index, ctx, seq, body = self._verify(token)
         if rid != binding.request_id:
             raise StateError(f"stream_state belongs to another request ({_short(rid)!r}, not "
                              f"{_short(binding.request_id)!r}).", reason="wrong_request")
@@ -157,6 +250,15 @@ class StateCodec:
                              "completion request, prompt_token_ids or server parsers differ from the "
                              "first call); send the same request fields on every call.",
                              reason="wrong_request")
+        if kid != self.key_id or self._sticky:
+            with self._lock:
+                if kid != self.key_id:
+                    self._sticky[binding] = kid
+                    self._sticky.move_to_end(binding)
+                    while len(self._sticky) > STICKY_STREAMS:
+                        self._sticky.popitem(last=False)
+                else:
+                    self._sticky.pop(binding, None)
         return DecodedState(seq=seq, body=body)
 
     def tag(self, token: Any) -> StateTag | None:
@@ -165,12 +267,12 @@ class StateCodec:
         reordered states. A state that does not verify is refused by :meth:`decode` later, with
         its own reason."""
         try:
-            rid, index, ctx, seq, _ = self._verify(token)
+            _, rid, index, ctx, seq, _ = self._verify(token)
         except StateError:
             return None
         return StateTag((rid, index, ctx), seq)
 
-    def _verify(self, token: Any) -> tuple[Any, Any, Any, int, dict[str, Any]]:
+    def _verify(self, token: Any) -> tuple[str, str, int, str, int, dict[str, Any]]:
         if not isinstance(token, str):
             raise StateError("stream_state must be the opaque string a previous step returned "
                              "(or null on the first call).", reason="malformed")
@@ -189,7 +291,8 @@ class StateCodec:
         key = self._keys.get(kid)
         if key is None:
             raise StateError("stream_state was signed with a key this server does not have; replicas "
-                             "must share the same --state-secret.", reason="unknown_key")
+                             "must share the same --state-secret (while rotating, each replica gives the new "
+                             "secret first and the previous one second).", reason="unknown_key")
         expected = hmac.digest(key, f"{VERSION}.{kid}.{payload_text}".encode(), "sha256")
         # compare the canonical text: base64's unused low bits must not let two texts verify
         if not hmac.compare_digest(mac_text.encode(), _b64e(expected).encode()):
@@ -200,9 +303,10 @@ class StateCodec:
             rid, index, ctx, seq, body = data["r"], data["i"], data["c"], data["s"], data["b"]
         except (binascii.Error, ValueError, KeyError, TypeError):
             raise StateError("stream_state payload is malformed.", reason="malformed") from None
-        if not (isinstance(seq, int) and isinstance(body, dict)):
+        if not (isinstance(rid, str) and isinstance(ctx, str) and type(index) is int and type(seq) is int
+                and 0 <= seq < MAX_STATE_INT and isinstance(body, dict) and _bounded(body)):
             raise StateError("stream_state payload is malformed.", reason="malformed")
-        return rid, index, ctx, seq, body
+        return kid, rid, index, ctx, seq, body
 
 
 def _short(value: Any) -> str:

@@ -52,8 +52,9 @@ INLINE_BODY_BYTES = 16 * 1024
 
 def state_codec_of(ctx: ServerContext) -> StateCodec:
     """The process's state codec (a ``ctx.service`` factory): ``--state-secret`` /
-    ``TOKENWIRE_STATE_SECRET``, else a random per-process secret and a WARNING."""
-    return StateCodec.from_secret(ctx.settings.state_secret)
+    ``TOKENWIRE_STATE_SECRET`` (and the previous secret while rotating), else a random per-process
+    secret and a WARNING."""
+    return StateCodec.from_secret(ctx.settings.state_secret, previous=ctx.settings.previous_state_secret)
 
 
 def model_vocab_size(model_dir: Path) -> int | None:

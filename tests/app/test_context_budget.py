@@ -27,7 +27,7 @@ USER = [{"role": "user", "content": "Hi"}]
 @pytest.fixture(scope="module")
 def client(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[TestClient]:
     model_dir = asset(MODEL)
-    settings = Settings(mode=Mode.SERVE, model_dir=model_dir, served_model_name=MODEL, environ={}, state_secret=b"s",
+    settings = Settings(mode=Mode.SERVE, model_dir=model_dir, served_model_name=MODEL, environ={}, state_secret=b"test-state-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
                         dtype="float32")
     engine = LocalEngine(model_dir, model_name=MODEL, max_model_len=CONTEXT, dtype="float32", num_threads=1)
     ctx = ServerContext(settings=settings, gating=decide(Mode.SERVE, {"TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS": "1"}),

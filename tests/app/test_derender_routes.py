@@ -28,7 +28,7 @@ OUTPUT = ('<think>\nThe user wants 天气 🌤️.\n</think>\n\nSure.<tool_call>
 
 def _ctx(asset: Callable[[str], Path], tokenizer: Callable[[str], Any], **overrides: Any) -> ServerContext:
     settings = Settings(mode=Mode.RENDER, model_dir=asset("qwen3"), served_model_name="tiny-model", environ={},
-                        **{"state_secret": b"app-secret", "tool_call_parser": "hermes", "reasoning_parser": "qwen3",
+                        **{"state_secret": b"app-secret-0123456789-abcdefghijklmnopqrstuvwxyz", "tool_call_parser": "hermes", "reasoning_parser": "qwen3",
                            "enable_auto_tool_choice": True, **overrides})
     return ServerContext(settings=settings, gating=decide(Mode.RENDER, {}), tokenizer=tokenizer("qwen3"),
                          max_model_len=4096)

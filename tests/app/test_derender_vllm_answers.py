@@ -27,7 +27,7 @@ def test_the_derender_gives_vllms_answer(name: str, asset: Callable[[str], Path]
                                          tokenizer: Callable[[str], Any]) -> None:
     case = ANSWERS[name]
     settings = Settings(mode=Mode.RENDER, model_dir=asset(case["model"]), served_model_name="m", environ={},
-                        state_secret=b"answers", **case["flags"])
+                        state_secret=b"answers-0123456789-abcdefghijklmnopqrstuvwxyz", **case["flags"])
     ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}), tokenizer=tokenizer(case["model"]),
                         max_model_len=4096)
     if "text" in case:  # the ids are that text's

@@ -20,7 +20,7 @@ from server.settings import Mode, Settings
 @pytest.fixture(scope="module")
 def client(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[TestClient]:
     settings = Settings(mode=Mode.RENDER, model_dir=asset("qwen3"), served_model_name="m", environ={},
-                        state_secret=b"s")
+                        state_secret=b"test-state-secret-0123456789-abcdefghijklmnopqrstuvwxyz")
     ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}), tokenizer=tokenizer("qwen3"),
                         max_model_len=4096)
     with TestClient(create_app(ctx)) as c:

@@ -105,7 +105,7 @@ def make_ctx(*, groups: frozenset[RouteGroup] = ALL_GROUPS, **settings: Any) -> 
     derender routes build their service at app creation)."""
     model_dir = asset_path("qwen3")
     base = Settings(mode=Mode.SERVE, model_dir=model_dir, served_model_name="tiny",
-                    state_secret=b"test-secret", **settings)
+                    state_secret=b"test-secret-0123456789-abcdefghijklmnopqrstuvwxyz", **settings)
     return ServerContext(settings=base, gating=Gating(groups), tokenizer=tokenizer_of("qwen3"),
                          max_model_len=4096, engine=None)
 

@@ -13,7 +13,7 @@ import httpx
 
 from tests.support.waiting import wait_until
 
-SECRET = "client-tests-secret"
+SECRET = "client-tests-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]

@@ -39,7 +39,7 @@ def _needs_chromium() -> None:
 def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
     with ServerProcess(["serve", str(asset("tiny-qwen3")), "--enable-scale-out", "--api-key", KEY, "--dtype", "float32",
                         "--reasoning-parser", "qwen3", "--tool-call-parser", "hermes", "--enable-auto-tool-choice",
-                        "--state-secret", "browser-tests"]) as srv:
+                        "--state-secret", "browser-tests-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
         yield srv
 
 

@@ -132,6 +132,28 @@ def test_a_bad_thread_count_in_the_environment_is_one_line_and_exit_2(tmp_path: 
     assert done.stderr == "tokenwire: error: TOKENWIRE_NUM_THREADS='two' is not a positive whole number of threads\n"
 
 
+STRONG = "cli-tests-state-secret-0123456789-abcdef"
+WEAK_SECRETS = [
+    (["--state-secret", "a"], {}, "--state-secret is 1 bytes; it must be at least 32 bytes"),
+    ([], {"TOKENWIRE_STATE_SECRET": "a" * 40}, "--state-secret has fewer than 8 distinct characters"),
+    (["--state-secret", STRONG, "--state-secret", "old"], {}, "the previous --state-secret is 3 bytes"),
+    (["--state-secret", STRONG, "--state-secret", STRONG], {}, "the two --state-secret values are the same"),
+    (["--state-secret", STRONG, "--state-secret", STRONG + "1", "--state-secret", STRONG + "2"], {},
+     "--state-secret is given at most twice"),
+    ([], {"TOKENWIRE_STATE_SECRET_PREVIOUS": STRONG}, "TOKENWIRE_STATE_SECRET_PREVIOUS needs TOKENWIRE_STATE_SECRET"),
+]
+
+
+@pytest.mark.parametrize(("flags", "env", "message"), WEAK_SECRETS, ids=[m[:40] for _, _, m in WEAK_SECRETS])
+def test_a_weak_state_secret_is_one_line_and_exit_2_before_any_model_loads(
+        tmp_path: Path, flags: list[str], env: dict[str, str], message: str) -> None:
+    # issue 19 item 5: "--state-secret a" was accepted silently, and a state gave the secret away
+    done = run_cli(["launch", "render", str(tmp_path / "nope"), *flags], env=env, preamble=NO_MODEL_LIBS)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith(f"tokenwire: error: {message}"), done.stderr
+    assert done.stderr.count("\n") == 1
+
+
 @pytest.mark.parametrize("command", [["serve"], ["launch", "render"], ["serve", "--tokens-only"]])
 def test_missing_model_directory_is_one_line_and_exit_2(command: list[str], tmp_path: Path) -> None:
     done = run_cli([*command, str(tmp_path / "nope")])

@@ -32,7 +32,7 @@ PADDED = [102116, 151669, 60193]  # "设立", an id past tiny-qwen3's tokenizer,
 
 @pytest.fixture(scope="module")
 def llama(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    args = ["launch", "render", str(asset("llama3.1")), "--served-model-name", "m", "--state-secret", "e2e",
+    args = ["launch", "render", str(asset("llama3.1")), "--served-model-name", "m", "--state-secret", "e2e-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
             "--tool-call-parser", "pythonic", "--enable-auto-tool-choice"]
     with ServerProcess(args) as srv:
         yield srv
@@ -41,7 +41,7 @@ def llama(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def tiny_qwen3(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
     with ServerProcess(["launch", "render", str(asset("tiny-qwen3")), "--served-model-name", "m",
-                        "--state-secret", "e2e"]) as srv:
+                        "--state-secret", "e2e-secret-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
         yield srv
 
 

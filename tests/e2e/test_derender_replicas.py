@@ -3,7 +3,9 @@
 Two ``tokenwire launch render`` processes share ``--state-secret``; a third has its own (random)
 secret. A streaming derender started on one continues on the other, switching in the middle of a
 tool call, and the result equals a stream on one process and the one-shot derender. The third
-process refuses the state, and says it was signed with another key.
+process refuses the state, and says it was signed with another key. A fourth is the first two
+restarted for a secret rotation (``--state-secret NEW --state-secret OLD``): a stream in flight
+alternates between it and a replica still on the old secret alone.
 """
 
 from __future__ import annotations
@@ -34,11 +36,15 @@ def _args(secret: str | None) -> list[str]:
             *(["--state-secret", secret] if secret else [])]
 
 
+OLD = "replica-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
+NEW = "rotated-secret-9876543210-zyxwvutsrqponmlkjihgfedcba"
+
+
 @pytest.fixture(scope="module")
 def servers(asset: Callable[[str], Path]) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess]]:
     model = str(asset("qwen3"))
-    with ServerProcess(["launch", "render", model, *_args("replica-secret")], preamble=NO_TORCH) as a, \
-            ServerProcess(["launch", "render", model, *_args("replica-secret")], preamble=NO_TORCH) as b, \
+    with ServerProcess(["launch", "render", model, *_args(OLD)], preamble=NO_TORCH) as a, \
+            ServerProcess(["launch", "render", model, *_args(OLD)], preamble=NO_TORCH) as b, \
             ServerProcess(["launch", "render", model, *_args(None)], preamble=NO_TORCH) as c, \
             httpx.Client(base_url=a.url, timeout=30) as ca, httpx.Client(base_url=b.url, timeout=30) as cb, \
             httpx.Client(base_url=c.url, timeout=30) as cc:
@@ -116,3 +122,37 @@ def test_a_replica_with_another_secret_refuses_the_state_and_warned_at_startup(
     assert err["param"] == "stream_state"
     assert "--state-secret" in err["message"]
     assert "random per-process secret" in c_proc.output()
+
+
+@pytest.fixture(scope="module")
+def rotated(asset: Callable[[str], Path]) -> Iterator[httpx.Client]:
+    """A replica restarted with the new secret first and the old one second (issue 23 item 3)."""
+    args = ["launch", "render", str(asset("qwen3")), *_args(NEW), "--state-secret", OLD]
+    with ServerProcess(args, preamble=NO_TORCH) as d, httpx.Client(base_url=d.url, timeout=30) as cd:
+        yield cd
+
+
+def _key_id(state: str) -> str:
+    return state.split(".")[1]
+
+
+def test_a_rolling_secret_rotation_keeps_streams_going_across_old_and_rotated_replicas(
+        servers: tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess], rotated: httpx.Client,
+        ids: dict[str, list[int]]) -> None:
+    old, _, _, _ = servers  # a replica not restarted yet: OLD alone
+    alone = _stream(lambda k, args: old, ids)
+    # a stream in flight (begun on an old replica) alternates between the rotated one and an old one
+    # at every call, through the tool call, and ends exactly as on one replica
+    assert _deltas(_stream(lambda k, args: rotated if (k // 3) % 2 else old, ids)) == _deltas(alone)
+    old_kid = _key_id(_step(old, ids, None, ids["output"][:3], None).json()["stream_state"])
+    # the rotated replica signs a new stream with the new secret, and verifies it
+    first = _step(rotated, ids, None, ids["output"][:3], None).json()["stream_state"]
+    assert _key_id(first) != old_kid
+    assert _step(rotated, ids, first, ids["output"][3:6], None).status_code == 200
+    # an old replica does not have the new key yet: unknown_key, which the client retries elsewhere
+    r = _step(old, ids, first, ids["output"][3:6], None)
+    assert r.status_code == 400 and "signed with a key this server does not have" in r.json()["error"]["message"]
+    # a stream begun on the old replica goes on with the old key on the rotated one
+    state = _step(old, ids, None, ids["output"][:3], None).json()["stream_state"]
+    on_rotated = _step(rotated, ids, state, ids["output"][3:6], None).json()["stream_state"]
+    assert _key_id(on_rotated) == old_kid

@@ -35,13 +35,13 @@ OUTPUT = "Sure, let me check the weather in Paris for you. It is sunny and warm 
 
 @pytest.fixture(scope="module")
 def replica_a(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    with ServerProcess(["launch", "render", str(asset("qwen3")), "--state-secret", "secret-a"]) as srv:
+    with ServerProcess(["launch", "render", str(asset("qwen3")), "--state-secret", "secret-a-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
 def replica_b(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    with ServerProcess(["launch", "render", str(asset("qwen3")), "--state-secret", "secret-b"]) as srv:
+    with ServerProcess(["launch", "render", str(asset("qwen3")), "--state-secret", "secret-b-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
         yield srv
 
 
@@ -177,7 +177,7 @@ def test_a_restarted_stream_is_accepted_at_every_step_over_websocket(
 @pytest.fixture(scope="module")
 def engine_server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
     args = ["serve", str(asset("tiny-qwen3")), "--dtype", "float32", "--max-model-len", "256",
-            "--state-secret", "secret-a"]
+            "--state-secret", "secret-a-0123456789-abcdefghijklmnopqrstuvwxyz"]
     with ServerProcess(args, startup_timeout=180) as srv:
         yield srv
 

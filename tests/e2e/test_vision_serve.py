@@ -34,7 +34,7 @@ IMAGES = [image(10, 60, 45), image(11, 30, 120)]
 @pytest.fixture(scope="module")
 def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
     args = ["serve", str(asset(VL_MODEL)), "--enable-scale-out", "--dtype", "float32", "--max-model-len", "2048",
-            "--state-secret", "e2e-vision"]
+            "--state-secret", "e2e-vision-0123456789-abcdefghijklmnopqrstuvwxyz"]
     with ServerProcess(args) as srv:
         yield srv
 

@@ -26,7 +26,7 @@ HEADERS = {"Authorization": f"Bearer {KEY}"}
 @pytest.fixture(scope="module")
 def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
     args = ["launch", "render", str(asset("tiny-qwen3")), "--allowed-origin", "https://app.example",
-            "--ws-max-frame-bytes", str(MAX_FRAME), "--state-secret", "e2e"]
+            "--ws-max-frame-bytes", str(MAX_FRAME), "--state-secret", "e2e-secret-0123456789-abcdefghijklmnopqrstuvwxyz"]
     with ServerProcess(args, env={"TOKENWIRE_API_KEY": KEY}) as srv:
         yield srv
 

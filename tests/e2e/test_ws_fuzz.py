@@ -34,7 +34,7 @@ from tests.support.ws_strategies import Message, deep_frame, frame_message, sequ
 pytestmark = pytest.mark.slow
 
 EXAMPLES = int(os.environ.get("TOKENWIRE_WS_FUZZ_EXAMPLES", "40"))
-SERVER_ARGS = ["--enable-scale-out", "--dtype", "float32", "--max-model-len", "256", "--state-secret", "fuzz",
+SERVER_ARGS = ["--enable-scale-out", "--dtype", "float32", "--max-model-len", "256", "--state-secret", "fuzz-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
                "--ws-max-frame-bytes", str(1024 * 1024)]
 
 

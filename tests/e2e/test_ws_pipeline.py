@@ -15,7 +15,7 @@ import pytest
 from tests.e2e.ws_client import SessionClient, chat_text
 from tests.support.server_proc import ServerProcess
 
-SECRET = "e2e-replicas"
+SECRET = "e2e-replicas-0123456789-abcdefghijklmnopqrstuvwxyz"
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",
     "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]

@@ -42,7 +42,7 @@ def test_n_up_to_the_limit_still_derenders(tokenizer: Callable[[str], Any]) -> N
 @pytest.mark.parametrize("count", [4097, 2**63, 2**64 - 1])
 def test_a_prompt_token_count_past_the_context_is_refused(count: int, tokenizer: Callable[[str], Any]) -> None:
     service = DerenderService(tokenizer("qwen3"), model_name="m", max_model_len=4096, parsers=resolve_parsers(None, None),
-                              codec=StateCodec.from_secret(b"s"))
+                              codec=StateCodec.from_secret(b"fuzz-bounds-secret-0123456789-abcdefghijklmnopqrstuvwxyz"))
     response = {"request_id": "x", "choices": [{"index": 0, "token_ids": [9707], "finish_reason": "length"}]}
     with pytest.raises(DerenderError) as info:
         service.chat(DerenderChatRequest.model_validate({"generate_response": response, "prompt_tokens": count}))

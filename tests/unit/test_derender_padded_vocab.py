@@ -46,7 +46,7 @@ def _service(tok: Any, vocab_size: int | None = MODEL_VOCAB, *, parsers: bool = 
     config = resolve_parsers("hermes" if parsers else None, "qwen3" if parsers else None,
                              enable_auto_tool_choice=True)
     return DerenderService(tok, model_name="tiny-qwen3", max_model_len=4096, parsers=config,
-                           codec=StateCodec([b"pad"]), vocab_size=vocab_size)
+                           codec=StateCodec([b"pad-secret-0123456789-abcdefghijklmnopqrstuvwxyz"]), vocab_size=vocab_size)
 
 
 def _logprobs(ids: list[int]) -> dict[str, Any]:

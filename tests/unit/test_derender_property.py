@@ -43,7 +43,7 @@ CALLS = [{"name": "get_weather", "arguments": {"city": "Paris"}},
                                                      "Tuesday: 雨なら美術館 ☔ — back\\slash, tab\t and 🦩 at the end."}}]
 STOPS = ["STOP", "###", "🛑", "\n\n"]
 TOOLS = [{"type": "function", "function": {"name": c["name"], "parameters": {"type": "object"}}} for c in CALLS]
-SECRET = b"property-secret"
+SECRET = b"property-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
 @st.composite

@@ -25,6 +25,7 @@ from session.state import StateCodec
 
 SAMPLES = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "derender_samples.json").read_text())
 MAX_LEN = 64
+SECRET = b"service-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
 @pytest.fixture(scope="module")
@@ -32,7 +33,7 @@ def tok(tokenizer: Callable[[str], Any]) -> Any:
     return tokenizer("qwen3")
 
 
-def _service(tok: Any, *, parsers: bool = False, secret: bytes = b"s") -> DerenderService:
+def _service(tok: Any, *, parsers: bool = False, secret: bytes = SECRET) -> DerenderService:
     config = resolve_parsers("hermes" if parsers else None, "qwen3" if parsers else None, enable_auto_tool_choice=True)
     return DerenderService(tok, model_name="tiny-model", max_model_len=MAX_LEN, parsers=config,
                            codec=StateCodec([secret]))
@@ -137,14 +138,14 @@ def _first_state(tok: Any) -> str:
 
 
 @pytest.mark.parametrize(("mutate", "reason"), [
-    (lambda s, tok: (_stream_body(tok, s[:20] + ("B" if s[20] == "A" else "A") + s[21:]), b"s"), "bad_signature"),
-    (lambda s, tok: (_stream_body(tok, s[: len(s) // 2]), b"s"), "bad_signature"),
-    (lambda s, tok: (_stream_body(tok, s, rid="chatcmpl-other"), b"s"), "wrong_request"),
-    (lambda s, tok: (_stream_body(tok, s, index=1), b"s"), "wrong_choice"),
-    (lambda s, tok: (_stream_body(tok, s, chat_request={"messages": [], "stop": ["x"]}), b"s"), "wrong_request"),
-    (lambda s, tok: (_stream_body(tok, "tw1." + "A" * 70000), b"s"), "too_large"),
-    (lambda s, tok: (_stream_body(tok, s), b"another secret"), "unknown_key"),
-    (lambda s, tok: (_stream_body(tok, "tw2" + s[3:]), b"s"), "unknown_version"),
+    (lambda s, tok: (_stream_body(tok, s[:20] + ("B" if s[20] == "A" else "A") + s[21:]), SECRET), "bad_signature"),
+    (lambda s, tok: (_stream_body(tok, s[: len(s) // 2]), SECRET), "bad_signature"),
+    (lambda s, tok: (_stream_body(tok, s, rid="chatcmpl-other"), SECRET), "wrong_request"),
+    (lambda s, tok: (_stream_body(tok, s, index=1), SECRET), "wrong_choice"),
+    (lambda s, tok: (_stream_body(tok, s, chat_request={"messages": [], "stop": ["x"]}), SECRET), "wrong_request"),
+    (lambda s, tok: (_stream_body(tok, "tw1." + "A" * 70000), SECRET), "too_large"),
+    (lambda s, tok: (_stream_body(tok, s), b"another-secret-0123456789-abcdefghijklmnopqrstuvwxyz"), "unknown_key"),
+    (lambda s, tok: (_stream_body(tok, "tw2" + s[3:]), SECRET), "unknown_version"),
 ])
 def test_a_refused_state_names_its_problem_and_nothing_is_decoded(
         tok: Any, monkeypatch: pytest.MonkeyPatch, mutate: Callable[[str, Any], tuple[dict[str, Any], bytes]],

@@ -12,8 +12,8 @@ from session.state import StateBinding, StateCodec
 from session.state_ledger import OutOfOrder, StateLedger
 
 BINDING = StateBinding("req-1", 0, "ctx")
-OURS = StateCodec([b"o" * 32])
-THEIRS = StateCodec([b"t" * 32])
+OURS = StateCodec([b"ours-0123456789-abcdefghijklmnopqrstuvwxyz"])
+THEIRS = StateCodec([b"theirs-0123456789-abcdefghijklmnopqrstuvwxyz"])
 
 
 def test_a_state_of_another_secret_is_not_reordered_but_unknown_key() -> None:
