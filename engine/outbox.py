@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
+from collections.abc import Callable
 
 from engine.errors import EngineError
 from engine.interface import ChoiceDelta, EngineOutput
@@ -24,16 +25,33 @@ DEFAULT_CAPACITY = 64
 class Outbox:
     """One request's pending outputs (loop-thread only)."""
 
-    __slots__ = ("_items", "_waiter", "capacity", "done")
+    __slots__ = ("_items", "_listener", "_waiter", "capacity", "done")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self._items: deque[EngineOutput | EngineError] = deque()
         self._waiter: asyncio.Future[None] | None = None
+        self._listener: Callable[[EngineOutput | EngineError], None] | None = None
         self.capacity = capacity
         self.done = False  # the final output (or an error) has been pushed
 
+    def listen(self, callback: Callable[[EngineOutput | EngineError], None]) -> None:
+        """From now on hand every item to ``callback`` as it is pushed, instead of keeping it for
+        :meth:`get` (what is pending goes first, merged as ``get`` would). The consumer then runs
+        inside the engine's own delivery on the event loop: no task is woken per output."""
+        self._listener = callback
+        while self._items:
+            item = self._items.popleft()
+            if isinstance(item, EngineOutput):
+                while self._items and isinstance(self._items[0], EngineOutput):
+                    merge_into(item, self._items.popleft())  # type: ignore[arg-type]
+            callback(item)
+
     def push(self, item: EngineOutput | EngineError) -> None:
         if self.done:
+            return
+        if self._listener is not None:
+            self.done = isinstance(item, EngineError) or item.finished
+            self._listener(item)
             return
         if isinstance(item, EngineError):
             self._items.append(item)

@@ -92,34 +92,77 @@ def session_closed() -> None:
     ACTIVE_SESSIONS.dec()
 
 
-async def generate(engine: Engine, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
-    """``engine.generate(request)``, measured. Closing this iterator closes (aborts) the engine's."""
-    outputs = engine.generate(request)
-    INFLIGHT_GENERATIONS.inc()
-    PROMPT_TOKENS.inc(len(request.token_ids))
-    started = last = time.perf_counter()
-    first = True
-    try:
-        async for out in outputs:
-            tokens = sum(len(c.token_ids) for c in out.choices)
-            if tokens:
-                now = time.perf_counter()
-                GENERATION_TOKENS.inc(tokens)
-                if first:
-                    TIME_TO_FIRST_TOKEN.observe(now - started)
-                    first = False
-                    tokens -= 1
-                if tokens > 0:
-                    gap = (now - last) / tokens
-                    for _ in range(min(tokens, 64)):  # a coalesced output counts its tokens, up to 64
-                        INTER_TOKEN_LATENCY.observe(gap)
-                last = now
-            yield out
-    finally:
-        INFLIGHT_GENERATIONS.dec()
-        aclose = getattr(outputs, "aclose", None)
+def generate(engine: Engine, request: GenerateRequest) -> Generation:
+    """``engine.generate(request)``, measured. Closing it closes (aborts) the engine's stream."""
+    return Generation(engine.generate(request), len(request.token_ids))
+
+
+class Generation:
+    """An engine stream with its metrics: iterate it, or, where the engine stream supports it,
+    :meth:`listen` for its outputs on the event loop (each output is measured either way)."""
+
+    __slots__ = ("_closed", "_first", "_last", "_outputs", "_started")
+
+    def __init__(self, outputs: AsyncIterator[EngineOutput], prompt_tokens: int) -> None:
+        self._outputs = outputs
+        self._closed = False
+        self._first = True
+        self._started = self._last = time.perf_counter()
+        INFLIGHT_GENERATIONS.inc()
+        PROMPT_TOKENS.inc(prompt_tokens)
+
+    def __aiter__(self) -> Generation:
+        return self
+
+    async def __anext__(self) -> EngineOutput:
+        try:
+            out = await self._outputs.__anext__()
+        except BaseException:
+            self._end()
+            raise
+        self._measure(out)
+        return out
+
+    async def aclose(self) -> None:
+        self._end()
+        aclose = getattr(self._outputs, "aclose", None)
         if aclose is not None:
             await aclose()
+
+    def listen(self, callback: Callable[[EngineOutput | Exception], None]) -> None:
+        """Hand every output (or the error that ends the stream) to ``callback`` as the engine
+        delivers it, measured; only where :attr:`can_listen`."""
+        def measured(item: EngineOutput | Exception) -> None:
+            if isinstance(item, EngineOutput):
+                self._measure(item)
+            callback(item)
+
+        self._outputs.listen(measured)  # type: ignore[attr-defined]
+
+    @property
+    def can_listen(self) -> bool:
+        return callable(getattr(self._outputs, "listen", None))
+
+    def _measure(self, out: EngineOutput) -> None:
+        tokens = sum(len(c.token_ids) for c in out.choices)
+        if not tokens:
+            return
+        now = time.perf_counter()
+        GENERATION_TOKENS.inc(tokens)
+        if self._first:
+            TIME_TO_FIRST_TOKEN.observe(now - self._started)
+            self._first = False
+            tokens -= 1
+        if tokens > 0:
+            gap = (now - self._last) / tokens
+            for _ in range(min(tokens, 64)):  # a coalesced output counts its tokens, up to 64
+                INTER_TOKEN_LATENCY.observe(gap)
+        self._last = now
+
+    def _end(self) -> None:
+        if not self._closed:
+            self._closed = True
+            INFLIGHT_GENERATIONS.dec()
 
 
 def time_methods(obj: Any, histogram: Histogram, methods: Sequence[str]) -> Any:

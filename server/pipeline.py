@@ -11,6 +11,13 @@ runs through :class:`Pipeline`:
    on the event loop: a step costs microseconds, less than a thread hop) and emit what became
    certain; when derender detects a stop string, the engine request is stopped at once.
 
+What each engine output becomes is decided in one place, :meth:`PipelineStream.feed` (with
+``start`` / ``finish`` for the events around the outputs). Streams are consumed two ways over it:
+iterated (``stream_events``: SSE, and any engine), or, for a WebSocket session in front of an
+engine stream that can hand its outputs over on the event loop (the engine link), *step-wise*:
+:meth:`PipelineStream.listen` runs ``feed`` inside the engine's own delivery and reports the
+events at once, so no task is woken per request per engine step.
+
 Leaving a stream early (client gone, ``cancel``) closes the engine iterator, which aborts the
 request at the engine and frees its memory.
 
@@ -32,7 +39,7 @@ import base64
 import contextlib
 import hashlib
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -239,7 +246,7 @@ class Pipeline:
                 if len(finish) == n:
                     break
         finally:
-            await agen.aclose()  # type: ignore[attr-defined]
+            await agen.aclose()
         choices = []
         for i in range(n):
             reason, stop_reason = finish.get(i, ("abort", None))
@@ -342,6 +349,9 @@ class PipelineStream:
         self.offsets = offsets
         self._runs: list[_EngineRun] = []
         self._anthropic: MessageStream | None = None
+        self._pending: dict[tuple[int, int], list[int]] = {}  # engine ids not yet covered by an event
+        self._done_runs: set[int] = set()  # runs whose output is complete (finished, or a stop string)
+        self._finish: tuple[str | None, Any] = (None, None)  # an Anthropic stream's finish reason
         self._digest = prep.output_digest or OutputDigest()  # of the output ids so far (checkpoints)
 
     @property
@@ -374,79 +384,142 @@ class PipelineStream:
             await agen.aclose()
 
     async def stream_events(self) -> AsyncGenerator[StreamEvent]:
-        prep = self.prep
         try:
-            if prep.kind == "messages":
-                async for ev in self._messages():
+            for ev in self.start():
+                yield ev
+            async for k, out in _merge(self._runs):
+                for ev in self.feed(k, out):
                     yield ev
-            else:
-                async for ev in self._openai():
-                    yield ev
+                for run in self._finished_runs():
+                    await run.aclose()
+            for ev in self.finish():
+                yield ev
         finally:
             await self.aclose()
 
-    async def _openai(self) -> AsyncIterator[StreamEvent]:
+    # --- the stream as steps: one place for what each engine output becomes --------------------
+    def start(self) -> list[StreamEvent]:
+        """The events before any output (an Anthropic stream's ``message_start``)."""
         prep = self.prep
-        pending: dict[tuple[int, int], list[int]] = {}
-        async for k, out in _merge(self._runs):
-            d = prep.derenderers[k]
-            n = prep.requests[k].sampling_params.n
-            for c in out.choices:
-                step = d.push(c.index, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
-                key = (k, c.index)
-                pending.setdefault(key, []).extend(c.token_ids)
-                if step.stop_engine and n == 1:
-                    await self._runs[k].aclose()
-                if step.chunk is None:
-                    continue
-                ids = pending.pop(key, [])
-                yield StreamEvent(step.chunk, index=d_index(d, c.index), output_token_ids=ids,
-                                  checkpoint=self._checkpoint(k, c.index, ids))
-            if _finished(d):
-                await self._runs[k].aclose()
-        if prep.include_usage:
-            yield StreamEvent(self._usage_chunk())
-
-    async def _messages(self) -> AsyncIterator[StreamEvent]:
-        prep = self.prep
+        if prep.kind != "messages":
+            return []
         assert prep.messages is not None
-        d = prep.derenderers[0]
         shape = {"model": self.pipeline.ctx.model_name, "input_tokens": len(prep.requests[0].token_ids) - self.offsets[0],
                  "stop_sequences": list(prep.messages.stop_sequences or [])}
         if prep.resume_events is not None:  # continue the interrupted event sequence
-            ms = MessageStream.restore(prep.resume_events, **shape)  # type: ignore[arg-type]
-        else:
-            ms = MessageStream(**shape)  # type: ignore[arg-type]
-            for ev in ms.start():
-                yield StreamEvent(ev)
-        finish: tuple[str | None, Any] = (None, None)
-        pending: list[int] = []
-        async for _, out in _merge(self._runs):
-            for c in out.choices:
-                step = d.push(c.index, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
-                pending.extend(c.token_ids)
-                if step.stop_engine:
-                    await self._runs[0].aclose()
-                if step.chunk is None:
-                    continue
-                choice = step.chunk["choices"][0]
-                if choice.get("finish_reason") is not None:
-                    finish = (choice["finish_reason"], choice.get("stop_reason"))
-                ids, pending = pending, []
-                events = ms.push(step.chunk)
-                if not events:
-                    pending = ids  # nothing to send yet: these ids ride with the next event
-                    continue
-                # The ids and the checkpoint ride on the chunk's last event: a client holding a
-                # checkpoint has received every event it covers.
-                checkpoint = self._checkpoint(0, c.index, ids, events=ms.snapshot())
-                for ev in events[:-1]:
-                    yield StreamEvent(ev)
-                yield StreamEvent(events[-1], output_token_ids=ids, checkpoint=checkpoint)
-            if _finished(d):
-                await self._runs[0].aclose()
-        for ev in ms.finish(finish_reason=finish[0], stop_reason=finish[1], output_tokens=d.completion_tokens):
-            yield StreamEvent(ev, done=ev["type"] == "message_stop")
+            self._anthropic = MessageStream.restore(prep.resume_events, **shape)  # type: ignore[arg-type]
+            return []
+        self._anthropic = MessageStream(**shape)  # type: ignore[arg-type]
+        return [StreamEvent(ev) for ev in self._anthropic.start()]
+
+    def feed(self, k: int, out: EngineOutput) -> list[StreamEvent]:
+        """The events one engine output of run ``k`` gives. A run whose output is complete (its
+        choices finished, or a stop string seen) is listed by :meth:`_finished_runs` afterwards."""
+        if self.prep.kind == "messages":
+            return self._feed_messages(out)
+        events: list[StreamEvent] = []
+        d = self.prep.derenderers[k]
+        n = self.prep.requests[k].sampling_params.n
+        for c in out.choices:
+            step = d.push(c.index, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
+            key = (k, c.index)
+            ids = self._pending.setdefault(key, [])
+            ids.extend(c.token_ids)
+            if step.stop_engine and n == 1:
+                self._done_runs.add(k)
+            if step.chunk is None:
+                continue
+            del self._pending[key]
+            events.append(StreamEvent(step.chunk, index=d_index(d, c.index), output_token_ids=ids,
+                                      checkpoint=self._checkpoint(k, c.index, ids)))
+        if _finished(d):
+            self._done_runs.add(k)
+        return events
+
+    def _feed_messages(self, out: EngineOutput) -> list[StreamEvent]:
+        d, ms = self.prep.derenderers[0], self._anthropic
+        assert ms is not None
+        events: list[StreamEvent] = []
+        pending = self._pending.setdefault((0, 0), [])
+        for c in out.choices:
+            step = d.push(c.index, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
+            pending.extend(c.token_ids)
+            if step.stop_engine:
+                self._done_runs.add(0)
+            if step.chunk is None:
+                continue
+            choice = step.chunk["choices"][0]
+            if choice.get("finish_reason") is not None:
+                self._finish = (choice["finish_reason"], choice.get("stop_reason"))
+            evs = ms.push(step.chunk)
+            if not evs:
+                continue  # nothing to send yet: these ids ride with the next event
+            ids, pending = pending, []
+            self._pending[(0, 0)] = pending
+            # The ids and the checkpoint ride on the chunk's last event: a client holding a
+            # checkpoint has received every event it covers.
+            checkpoint = self._checkpoint(0, c.index, ids, events=ms.snapshot())
+            events += [StreamEvent(ev) for ev in evs[:-1]]
+            events.append(StreamEvent(evs[-1], output_token_ids=ids, checkpoint=checkpoint))
+        if _finished(d):
+            self._done_runs.add(0)
+        return events
+
+    def finish(self) -> list[StreamEvent]:
+        """The events after the last output (usage chunk, Anthropic ``message_delta`` / ``message_stop``)."""
+        if self.prep.kind == "messages":
+            assert self._anthropic is not None
+            reason, stop_reason = self._finish
+            d = self.prep.derenderers[0]
+            return [StreamEvent(ev, done=ev["type"] == "message_stop")
+                    for ev in self._anthropic.finish(finish_reason=reason, stop_reason=stop_reason,
+                                                     output_tokens=d.completion_tokens)]
+        return [StreamEvent(self._usage_chunk())] if self.prep.include_usage else []
+
+    def _finished_runs(self) -> list[_EngineRun]:
+        return [self._runs[k] for k in self._done_runs if not self._runs[k].closed]
+
+    # --- the step-wise path: outputs handed over on the event loop, no task per request --------
+    def listen(self, on_events: Callable[[list[StreamEvent]], None],
+               on_end: Callable[[BaseException | None], None]) -> bool:
+        """Where the engine can hand this stream's outputs over as they arrive (one run, an engine
+        stream that supports it), derender and report each one from the engine's own delivery
+        (``on_events``, with the start events first) and call ``on_end`` once: with None after the
+        last events, or with the error. The caller still owns the stream: it waits for ``on_end``
+        and then (or when cancelled) calls :meth:`aclose`, which aborts unfinished engine work.
+        False (nothing done): iterate :meth:`stream_events` instead."""
+        if len(self._runs) != 1 or not self._runs[0].can_listen():
+            return False
+        ended = False
+
+        def end(error: BaseException | None) -> None:
+            nonlocal ended
+            if not ended:
+                ended = True
+                on_end(error)
+
+        def output(item: EngineOutput | Exception) -> None:
+            if ended:
+                return
+            try:
+                if isinstance(item, Exception):
+                    raise item
+                events = self.feed(0, item)
+                if item.finished or self._done_runs:
+                    events += self.finish()
+                    if events:
+                        on_events(events)
+                    end(None)
+                elif events:
+                    on_events(events)
+            except Exception as exc:  # derender or the caller's report failed: end the stream with it
+                end(exc)
+
+        head = self.start()
+        if head:
+            on_events(head)
+        self._runs[0].listen(output)
+        return True
 
     def _usage_chunk(self) -> dict[str, Any]:
         ds = self.prep.derenderers
@@ -491,6 +564,16 @@ class _EngineRun:
         except StopAsyncIteration:
             self.first = None
             await self.aclose()
+
+    def can_listen(self) -> bool:
+        return bool(getattr(self.agen, "can_listen", False))
+
+    def listen(self, callback: Callable[[EngineOutput | Exception], None]) -> None:
+        """Hand the primed first output, then every later one, to ``callback`` as it arrives."""
+        first, self.first = self.first, None
+        if first is not None:
+            callback(first)
+        self.agen.listen(callback)  # type: ignore[attr-defined]
 
     async def outputs(self) -> AsyncIterator[EngineOutput]:
         if self.first is not None:

@@ -14,7 +14,7 @@ matching HTTP endpoint makes (so a frame's output equals the endpoint's for the 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import anyio.to_thread
@@ -24,6 +24,8 @@ from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest
 from server.context import ServerContext
 from server.http import validate
+from server.pipeline import Pipeline, PipelineStream, pipeline_of
+from server.pipeline import StreamEvent as PipelineEvent
 from server.routes.derender import INLINE_BODY_BYTES, derender_service_of
 from server.ws.work import Kind, StreamEvent
 from session.errors import InvalidRequest
@@ -32,7 +34,6 @@ from session.protocol.openai_responses import DerenderChatStreamRequest, Derende
 
 class PipelineStages:
     def __init__(self, ctx: ServerContext) -> None:
-        from server.pipeline import pipeline_of
 
         self.ctx = ctx
         self.pipeline = ctx.service(pipeline_of)
@@ -62,17 +63,54 @@ class PipelineStages:
             return await anyio.to_thread.run_sync(work)
         return work()
 
-    async def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
-                     checkpoints: bool = False) -> AsyncIterator[StreamEvent]:
-        opened = await self.pipeline.open_stream(kind, body, resume=resume, checkpoints=checkpoints)
-        stream_id = opened.request_id
-        events = opened.stream_events()
-        try:
-            async for event in events:
-                yield StreamEvent(event.payload, event.checkpoint, event.output_token_ids, stream_id)
-        finally:
-            await events.aclose()
-            await opened.aclose()
+    def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
+               checkpoints: bool = False) -> SessionStream:
+        return SessionStream(self.pipeline, kind, body, resume=resume, checkpoints=checkpoints)
+
+
+class SessionStream:
+    """A whole pipeline as a session runs it: ``await open()`` renders and admits (so admission
+    errors come before any event), then either :meth:`listen` (the events are made and reported
+    from the engine's own delivery, no task woken per step) or iteration; ``aclose`` aborts."""
+
+    def __init__(self, pipeline: Pipeline, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None,
+                 checkpoints: bool) -> None:
+        self._args = (kind, body, resume, checkpoints)
+        self._pipeline = pipeline
+        self._opened: PipelineStream | None = None
+        self._events: AsyncIterator[PipelineEvent] | None = None
+        self.stream_id: str | None = None
+
+    async def open(self) -> None:
+        kind, body, resume, checkpoints = self._args
+        self._opened = await self._pipeline.open_stream(kind, body, resume=resume, checkpoints=checkpoints)
+        self.stream_id = self._opened.request_id
+
+    def listen(self, on_events: Callable[[list[StreamEvent]], None],
+               on_end: Callable[[BaseException | None], None]) -> bool:
+        assert self._opened is not None
+        stream_id = self.stream_id
+        return self._opened.listen(
+            lambda events: on_events([StreamEvent(e.payload, e.checkpoint, e.output_token_ids, stream_id)
+                                      for e in events]), on_end)
+
+    def __aiter__(self) -> SessionStream:
+        return self
+
+    async def __anext__(self) -> StreamEvent:
+        if self._opened is None:
+            await self.open()
+        assert self._opened is not None
+        if self._events is None:
+            self._events = self._opened.stream_events()
+        event = await self._events.__anext__()
+        return StreamEvent(event.payload, event.checkpoint, event.output_token_ids, self.stream_id)
+
+    async def aclose(self) -> None:
+        if self._events is not None:
+            await self._events.aclose()  # type: ignore[attr-defined]
+        if self._opened is not None:
+            await self._opened.aclose()
 
 
 def stages_of(ctx: ServerContext) -> PipelineStages:

@@ -7,7 +7,10 @@ generate → derender) do the work; this module only turns their results into th
 - render → the ``GenerateRequest`` wire dict (chat, messages) or a list of them (completion);
 - generate → one ``/inference/v1/generate`` stream chunk per engine step, usage in ``generate.done``;
 - derender → the streaming derender response ``{"chunk", "stream_state"}``;
-- chat / completion / messages → the OpenAI chunks / Anthropic events of the streaming endpoint.
+- chat / completion / messages → the OpenAI chunks / Anthropic events of the streaming endpoint;
+  where the stream can be listened to (``Listenable``: the engine link), its events are reported
+  from the engine's delivery and the request's task only waits for the end (and, cancelled,
+  closes the stream, which aborts the engine request).
 
 Streams are always closed in a shielded scope, so a cancelled request (or a closed socket) aborts
 its engine work at once, even though the task running it is being cancelled.
@@ -16,9 +19,9 @@ its engine work at once, even though the task running it is being cancelled.
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import anyio
 
@@ -58,6 +61,17 @@ class Stages(Protocol):
 
     def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
                checkpoints: bool = False) -> AsyncIterator[StreamEvent]: ...
+
+
+@runtime_checkable
+class Listenable(Protocol):
+    """A pipeline stream that can report its events from the engine's own delivery (the step-wise
+    path: ``server.ws.stages.SessionStream``); any other stream is iterated."""
+
+    async def open(self) -> None: ...
+
+    def listen(self, on_events: Callable[[list[StreamEvent]], None],
+               on_end: Callable[[BaseException | None], None]) -> bool: ...
 
 
 class Reporter(Protocol):
@@ -111,18 +125,43 @@ async def _generate(start: StartGenerate, pipeline: Stages, report: Reporter) ->
 
 async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) -> None:
     stream = pipeline.stream(start.kind, start.body, resume=start.resume, checkpoints=start.checkpoints)
+    resumable = start.checkpoints
+
+    def deliver(event: StreamEvent) -> None:
+        if event.payload is None and not (resumable and event.checkpoint):
+            return
+        report.pipeline_delta(
+            start.id, [event.payload] if event.payload is not None else [],
+            checkpoint=event.checkpoint if resumable else None,
+            output_token_ids=list(event.output_token_ids or ()) if resumable else None,
+            stream_id=event.stream_id if resumable else None)
+
     try:
-        async for event in stream:
-            if event.payload is None and not (start.checkpoints and event.checkpoint):
-                continue
-            resumable = start.checkpoints
-            report.pipeline_delta(
-                start.id, [event.payload] if event.payload is not None else [],
-                checkpoint=event.checkpoint if resumable else None,
-                output_token_ids=list(event.output_token_ids or ()) if resumable else None,
-                stream_id=event.stream_id if resumable else None)
+        if isinstance(stream, Listenable):
+            await stream.open()
+            ended = anyio.Event()
+            outcome: list[BaseException | None] = []
+
+            def on_events(events: list[StreamEvent]) -> None:
+                for event in events:
+                    deliver(event)
+
+            def on_end(error: BaseException | None) -> None:
+                outcome.append(error)
+                ended.set()
+
+            if stream.listen(on_events, on_end):
+                await ended.wait()  # the one wake-up of this task until the stream ends
+                if outcome[0] is not None:
+                    raise outcome[0]
+            else:
+                async for event in stream:
+                    deliver(event)
+        else:
+            async for event in stream:
+                deliver(event)
     finally:
-        await close_stream(stream)
+        await close_stream(stream)  # aborts what the engine has not finished (a stop string, a cancel)
     report.done(start.id)
 
 

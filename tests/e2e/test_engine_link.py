@@ -5,6 +5,7 @@ that reach the engine, the engine's batch frames, and an engine that goes away."
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -172,3 +173,88 @@ def test_a_gone_engine_is_a_502_with_a_message_not_a_500(asset: Callable[[str], 
             assert r.status_code == 502, r.text
             assert "remote engine" in r.json()["error"]["message"]
             assert httpx.get(link.url + "/health", timeout=10).json()["status"] != "ok"
+
+
+# --- the step-wise path: a session's chats reported from the link reader, no task per step -------
+
+def test_a_thousand_sessions_on_one_front_end_stream_their_own_text_in_seq_order(
+        servers: tuple[ServerProcess, ...]) -> None:
+    """1,000 sessions open on the link front end at once, 100 of them streaming (each chat's deltas
+    derendered and framed from the engine link's reader), every text equal to the HTTP link's
+    answer, ``seq`` checked on every frame by the client."""
+    _, link, http = servers
+    want = {i: httpx.post(http.url + "/v1/chat/completions", json=body(i, 16), timeout=120).json()
+            ["choices"][0]["message"]["content"] for i in range(5)}
+
+    async def run() -> list[str]:
+        clients: list[SessionClient] = []
+        for start in range(0, 1000, 100):
+            clients += await asyncio.gather(*(SessionClient.open(link.ws_url) for _ in range(start, start + 100)))
+
+        async def chat(k: int, client: SessionClient) -> str:
+            await client.send(type="chat", id=f"c{k}", body=body(k % 5, 16))
+            return chat_text(await client.until(f"c{k}", "chat.done"))
+
+        try:
+            return await asyncio.gather(*(chat(k, clients[k * 10]) for k in range(100)))
+        finally:
+            await asyncio.gather(*(c.close() for c in clients))
+
+    texts = asyncio.run(run())
+    assert texts == [want[k % 5] for k in range(100)]
+
+
+def test_a_cancel_mid_stream_ends_the_chat_and_frees_the_engine(servers: tuple[ServerProcess, ...]) -> None:
+    engine, link, _ = servers
+
+    async def run() -> list[dict[str, Any]]:
+        client = await SessionClient.open(link.ws_url)
+        await client.send(type="chat", id="long", body=body(2, 3000))
+        seen = 0
+        while seen < 3:
+            frame = await client.next()
+            seen += frame["type"] == "chat.delta"
+        await client.send(type="cancel", id="long")
+        frames = await client.until("long", "chat.done")
+        await client.close()
+        return frames
+
+    frames = asyncio.run(run())
+    assert frames[-1]["type"] == "chat.done" and frames[-1]["status"] == "cancelled"
+    wait_idle(engine)
+
+
+def test_a_session_that_does_not_read_gets_coalesced_deltas_with_the_exact_text(
+        servers: tuple[ServerProcess, ...]) -> None:
+    """Four resumable 300-token chats on a session whose client reads nothing for a while through a
+    small receive buffer: past the server's socket buffer the session queues and merges deltas, and
+    every stream's text and token ids are still exactly the HTTP link's."""
+    _, link, http = servers
+    want = {i: httpx.post(http.url + "/v1/chat/completions", json=body(i, 300), timeout=120).json()
+            ["choices"][0]["message"]["content"] for i in range(4)}
+    host, port = link.url.removeprefix("http://").rsplit(":", 1)
+
+    async def run() -> tuple[dict[int, str], int, int]:
+        sock = socket.socket()
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        sock.connect((host, int(port)))
+        client = await SessionClient.open(link.ws_url, sock=sock, max_queue=1)
+        for i in range(4):
+            await client.send(type="chat", id=f"r{i}", body=body(i, 300), resumable=True)
+        await asyncio.sleep(6)  # the engine runs on while nothing is read (under the 20 s keepalive)
+        done: dict[int, list[dict[str, Any]]] = {i: [] for i in range(4)}
+        finished = 0
+        while finished < 4:
+            frame = await client.next()
+            if frame.get("id", "").startswith("r"):
+                done[int(frame["id"][1:])].append(frame)
+                finished += frame["type"] == "chat.done"
+        await client.close()
+        deltas = [f for fs in done.values() for f in fs if f["type"] == "chat.delta"]
+        tokens = sum(len(f["output_token_ids"]) for f in deltas)
+        return {i: chat_text(fs) for i, fs in done.items()}, len(deltas), tokens
+
+    texts, deltas, tokens = asyncio.run(run())
+    assert texts == want
+    assert tokens == 4 * 300
+    assert deltas < tokens / 2, "the deltas were not merged while the client did not read"
