@@ -303,7 +303,10 @@ class Pipeline:
                 raise StateError("the checkpoint does not carry a messages stream's event state.",
                                  reason="wrong_request", param="resume")
             prep.resume_events = events
-        prep.created = int(decoded.body.get("t", prep.created))
+        created = decoded.body.get("t", prep.created)
+        if type(created) is not int:  # a checkpoint this server did not write (a leaked secret): 400, not 500
+            raise StateError("the checkpoint is malformed.", reason="malformed", param="resume")
+        prep.created = created
         d.created = prep.created
         sp = req.sampling_params
         if sp.max_tokens is not None:

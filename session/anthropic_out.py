@@ -20,6 +20,8 @@ from typing import Any
 
 import orjson
 
+from session.errors import StateError
+
 # OpenAI finish_reason → Anthropic stop_reason
 _STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use",
                  "abort": "end_turn", "cancelled": "end_turn"}
@@ -110,13 +112,18 @@ class MessageStream:
     @classmethod
     def restore(cls, snap: dict[str, Any], *, model: str, input_tokens: int,
                 stop_sequences: list[str]) -> MessageStream:
-        """A stream that continues after the events ``snap`` was taken after (no ``start()``)."""
-        ms = cls(model=model, input_tokens=input_tokens, stop_sequences=stop_sequences, message_id=str(snap["id"]))
-        ms._index = int(snap["i"])
+        """A stream that continues after the events ``snap`` was taken after (no ``start()``).
+        A snapshot this server did not write is a ``StateError`` (400), never a crash."""
+        index, calls, message_id = snap.get("i"), snap.get("c", 0), snap.get("id")
+        if not (type(index) is int and type(calls) is int and index >= -1 and calls >= 0
+                and isinstance(message_id, str)):
+            raise StateError("the checkpoint's event state is malformed.", reason="malformed", param="resume")
+        ms = cls(model=model, input_tokens=input_tokens, stop_sequences=stop_sequences, message_id=message_id)
+        ms._index = index
         kind = snap.get("k")
         ms._open_kind = kind if kind in ("text", "thinking", "tool_use") else None
         ms._open_tool = snap.get("t") if isinstance(snap.get("t"), int) else None
-        ms._tool_calls = int(snap.get("c", 0))
+        ms._tool_calls = calls
         return ms
 
     def start(self) -> list[dict[str, Any]]:

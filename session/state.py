@@ -45,12 +45,12 @@ from __future__ import annotations
 
 import base64
 import binascii
+import contextlib
 import functools
 import hashlib
 import hmac
 import logging
 import secrets
-import threading
 from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -165,7 +165,7 @@ def _b64d(text: str) -> bytes:
 class StateCodec:
     """Signs and verifies derender states. Pure: the secret comes in, no I/O."""
 
-    __slots__ = ("_keys", "_lock", "_sign_key", "_sticky", "key_id", "max_bytes", "random_secret")
+    __slots__ = ("_keys", "_sign_key", "_sticky", "key_id", "max_bytes", "random_secret")
 
     def __init__(self, secrets_: Sequence[bytes], *, max_bytes: int = DEFAULT_MAX_STATE_BYTES,
                  random_secret: bool = False) -> None:
@@ -185,7 +185,6 @@ class StateCodec:
         self.random_secret = random_secret
         # streams last continued from a state signed with the previous key → that key's id
         self._sticky: OrderedDict[StateBinding, str] = OrderedDict()
-        self._lock = threading.Lock()
 
     @property
     def key_ids(self) -> tuple[str, ...]:
@@ -219,12 +218,11 @@ class StateCodec:
             raise StateError("stream_state cannot be continued (it holds values this server never writes); "
                              "restart the stream.", reason="malformed") from None
         kid = self.key_id
-        if self._sticky:
-            with self._lock:
-                if seq > 1:
-                    kid = self._sticky.get(binding, kid)
-                else:  # a stream's first state starts it afresh: the current key
-                    self._sticky.pop(binding, None)
+        if self._sticky:  # (each OrderedDict operation is atomic: derender steps run on worker threads)
+            if seq > 1:
+                kid = self._sticky.get(binding, kid)
+            else:  # a stream's first state starts it afresh: the current key
+                self._sticky.pop(binding, None)
         head = f"{VERSION}.{kid}.{_b64e(payload)}"
         mac = hmac.digest(self._keys[kid], head.encode(), "sha256")
         token = f"{head}.{_b64e(mac)}"
@@ -250,15 +248,14 @@ class StateCodec:
                              "completion request, prompt_token_ids or server parsers differ from the "
                              "first call); send the same request fields on every call.",
                              reason="wrong_request")
-        if kid != self.key_id or self._sticky:
-            with self._lock:
-                if kid != self.key_id:
-                    self._sticky[binding] = kid
-                    self._sticky.move_to_end(binding)
-                    while len(self._sticky) > STICKY_STREAMS:
-                        self._sticky.popitem(last=False)
-                else:
-                    self._sticky.pop(binding, None)
+        if kid != self.key_id:
+            self._sticky[binding] = kid
+            with contextlib.suppress(KeyError):  # another thread's step changed it meanwhile
+                self._sticky.move_to_end(binding)
+                while len(self._sticky) > STICKY_STREAMS:
+                    self._sticky.popitem(last=False)
+        elif self._sticky:
+            self._sticky.pop(binding, None)
         return DecodedState(seq=seq, body=body)
 
     def tag(self, token: Any) -> StateTag | None:

@@ -23,6 +23,7 @@ O(chunk + what a parser holds), however long the output already is.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,8 @@ from session.errors import DerenderError
 from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
 from session.parsers.tool.json_stream import is_plain
 from session.stop import StopStrings
+
+log = logging.getLogger("tokenwire.derender")
 
 __all__ = ["ArgsPiece", "ChoiceStream", "Piece", "StreamSpec"]
 
@@ -193,7 +196,7 @@ class ChoiceStream:
                     raise ValueError("stop tail too long")
             elif tail:
                 raise ValueError("stop strings changed")
-            stream = cls(
+            stream = _FromState(
                 spec, index, detok=detok, stops=stops,
                 reasoning=spec.reasoning_parser.restore(ctx, snap["rp"]) if spec.reasoning_parser else None,
                 tool=spec.tool_parser.restore(ctx, snap["tp"]) if spec.tool_parser else None,
@@ -206,10 +209,7 @@ class ChoiceStream:
         except DerenderError:
             raise
         except Exception:  # a parser's restore may raise anything on a state it did not write
-            raise DerenderError(
-                "stream_state does not fit this request (different tokenizer, parsers or stop "
-                "strings than the call that produced it); send the same request on every call.",
-                param="stream_state") from None
+            raise DerenderError(STATE_DOES_NOT_FIT, param="stream_state") from None
 
     # --- the step --------------------------------------------------------------------------------
     @property
@@ -386,3 +386,26 @@ class ChoiceStream:
         if calls and not self.spec.parallel_tool_calls:
             calls = [c for c in calls if c.index == 0]
         return Piece(content=t.content, reasoning=reasoning, tool_calls=calls)
+
+
+STATE_DOES_NOT_FIT = ("stream_state does not fit this request (different tokenizer, parsers or stop strings than "
+                      "the call that produced it); send the same request on every call.")
+
+
+class _FromState(ChoiceStream):
+    """A stream restored from a client-carried state. Its parsers' state was checked for shape
+    only, so an exception while pushing comes from the state (a body signed with a leaked secret,
+    issue 19 item 5): a 400 naming ``stream_state``, never a 500. Fresh streams do not pay for the
+    guard."""
+
+    __slots__ = ()
+
+    def push(self, ids: Sequence[int], finish_reason: str | None = None,
+             stop_reason: int | str | None = None, *, final: bool = False) -> Piece:
+        try:
+            return super().push(ids, finish_reason, stop_reason, final=final)
+        except DerenderError:
+            raise
+        except Exception:
+            log.warning("a derender step failed on a restored stream_state; refused as not fitting", exc_info=True)
+            raise DerenderError(STATE_DOES_NOT_FIT, param="stream_state") from None
