@@ -298,6 +298,10 @@ class WebSocketTransport:
                 channel.fail(Interrupted(str(frame.error.get("message") or "the session closed")))
                 self._end(request_id)
                 return
+            if isinstance(frame, ErrorFrame) and frame.error.get("code") == "shutting_down":
+                # The server drains: this session takes no new request and closes (1012) once its
+                # work ends; what is sent next (a resumed stream too) waits for the next session.
+                self._connected.clear()
             channel.put(frame)
             if frame.type in FINAL_TYPES:
                 self._end(request_id)

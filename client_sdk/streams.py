@@ -10,7 +10,11 @@ Resumption (docs/protocol.md §8): a resumable stream whose connection drops wai
 transport to reconnect (to the same URL or the next replica) and sends the same request again
 with ``resume`` (the stream id, the last checkpoint, the token ids it covers). Chunks not yet
 covered by a checkpoint are held back (:mod:`client_sdk.resume`), so the user sees every piece of
-text exactly once.
+text exactly once. A resumable stream also resumes when the server ends it with an error that
+says the stream itself is sound but this path to an engine is not (``engine_unavailable``: the
+engine replica under it died; ``shutting_down``: its front end drains), through the same URL (a
+load balancer sends it to a healthy replica) or the next one; at most
+:data:`RESUMES_AFTER_ERROR` times in a row without new tokens, then the error is raised.
 """
 
 from __future__ import annotations
@@ -46,6 +50,8 @@ from session.server_frames import (
 
 T = TypeVar("T")
 PipelineDeltaFrame = ChatDelta | CompletionDelta | MessagesDelta
+RESUME_ON_ERRORS = frozenset({"engine_unavailable", "shutting_down"})  # docs/protocol.md §7, §8
+RESUMES_AFTER_ERROR = 3  # consecutive, without a new checkpoint between them
 
 
 class RequestStream:
@@ -63,6 +69,7 @@ class RequestStream:
         self._held_frame: PipelineDeltaFrame | None = None
         self._ended = False
         self._cancel_requested = False
+        self._error_resumes = 0  # resumes after an error frame since the last new checkpoint
         self.status: str | None = None  # "completed" / "cancelled" once the final frame was read
         self.final: AnyServerFrame | None = None
 
@@ -139,9 +146,20 @@ class RequestStream:
                 await self._resume()
                 continue
             if isinstance(frame, ErrorFrame):
+                if self._resumes_after(frame):
+                    self._error_resumes += 1
+                    self.tracker.interrupted()  # type: ignore[union-attr]
+                    self._held.clear()
+                    self._held_frame = None
+                    await self._resume()
+                    continue
                 self._ended = True
                 raise errors.from_error_body(frame.error)
             return frame
+
+    def _resumes_after(self, frame: ErrorFrame) -> bool:
+        return (self.tracker is not None and not self._cancel_requested and not self.tracker.finished
+                and frame.error.get("code") in RESUME_ON_ERRORS and self._error_resumes < RESUMES_AFTER_ERROR)
 
     def _process(self, frame: AnyServerFrame) -> None:
         if frame.type in FINAL_TYPES:
@@ -157,6 +175,8 @@ class RequestStream:
             payloads = _payloads(frame)
             covered = self.tracker.observe(stream_id=frame.stream_id, checkpoint=frame.checkpoint,
                                            output_token_ids=frame.output_token_ids, finishes=_finishes(payloads))
+            if frame.checkpoint:
+                self._error_resumes = 0
             if not covered:
                 self._held.extend(payloads)
                 self._held_frame = frame

@@ -167,13 +167,43 @@ class Topology:
                               "--state-secret", SECRET, *FRONTEND_FLAGS, *self.frontend_args],
                              preamble=NO_TORCH).start()
 
+    def frontend_with_session(self) -> int:
+        """The index of the one front end the balancer has a client connection open to."""
+        lb = self.lb
+        assert lb is not None
+        busy = wait_until(lambda: [name for name, n in sessions_per_server(lb).items() if n > 0],
+                          "the balancer to hold a session on a front end", timeout=10)
+        assert len(busy) == 1, busy
+        return int(busy[0][-1]) - 1
+
+    def restart_frontend(self, i: int, *extra: str) -> None:
+        """Start front end ``i`` again (after a kill or a drain) on its port, with ``extra`` flags."""
+        old = self.frontends[i]
+        old.stop()
+        port = hostport(old.url).rsplit(":", 1)[1]
+        self.frontends[i] = ServerProcess(["launch", "render", str(self.model), "--engine-url", self.engine_url,
+                                           "--state-secret", SECRET, *FRONTEND_FLAGS, *self.frontend_args, *extra,
+                                           "--port", port], preamble=NO_TORCH).start()
+        assert self.lb is not None
+        self.lb.wait_status({f"fe{i + 1}": "UP"})
+
+    def restart_engine(self, i: int) -> None:
+        old = self.engines[i]
+        old.stop()
+        port = hostport(old.url).rsplit(":", 1)[1]
+        self.engines[i] = ServerProcess(["serve", str(self.model), "--tokens-only", "--dtype", "float32",
+                                         *self.engine_args, "--port", port]).start()
+        assert self.engine_lb is not None
+        self.engine_lb.wait_status({f"engine{i + 1}": "UP"})
+
     def stop(self) -> None:
         for part in (self.lb, *self.frontends, self.engine_lb, *self.engines):
             if part is not None:
                 part.stop()
 
-    def frontend_named(self, name: str) -> ServerProcess:
-        return self.frontends[int(name[-1]) - 1]
+    @property
+    def ws_url(self) -> str:
+        return "ws" + self.url[len("http"):]
 
     def outputs(self) -> str:
         parts = [("front LB", self.lb), ("engine LB", self.engine_lb)]
