@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncIterator, Sequence
 from typing import Any
 
 import orjson
@@ -45,7 +45,7 @@ from engine.errors import (
     InvalidGenerateRequest,
 )
 from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
-from engine.outbox import Outbox
+from engine.outbox import Outbox, OutboxStream
 from engine.protocol import GenerateRequest, TokenLogprob, UsageInfo
 
 log = logging.getLogger("tokenwire.link")
@@ -85,7 +85,26 @@ class LinkEngine(Engine):
 
     # --- the Engine interface --------------------------------------------------------------
     def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
-        return _Stream(self, request)
+        sent: list[tuple[_Link, _Call]] = []
+
+        async def start() -> Outbox:
+            link = await self._link()
+            call = link.start(request)
+            sent.append((link, call))
+            await link.send(call.frame)
+            return call.outbox
+
+        def forget() -> None:
+            for link, call in sent:
+                link.forget(call)
+                self._room.set()
+
+        async def abort() -> None:
+            for link, call in sent:
+                if not link.closed:
+                    await link.cancel(call.id)
+
+        return OutboxStream(start, forget=forget, abort=abort)
 
     async def abort(self, request_ids: Sequence[str]) -> None:
         wanted = set(request_ids)
@@ -126,69 +145,6 @@ class LinkEngine(Engine):
                     return link
             self._room.clear()
             await self._room.wait()
-
-
-class _Stream:
-    """One request's outputs: an async iterator (``aclose`` cancels it at the engine), which can
-    also hand its outputs to a callback as the link's reader receives them (:meth:`listen`)."""
-
-    def __init__(self, engine: LinkEngine, request: GenerateRequest) -> None:
-        self._engine = engine
-        self._request = request
-        self._link: _Link | None = None
-        self._call: _Call | None = None
-        self._finished = False
-        self._closed = False
-
-    def __aiter__(self) -> _Stream:
-        return self
-
-    async def _start(self) -> _Call:
-        link = self._link = await self._engine._link()
-        call = self._call = link.start(self._request)
-        await link.send(call.frame)
-        return call
-
-    async def __anext__(self) -> EngineOutput:
-        if self._finished or self._closed:
-            raise StopAsyncIteration
-        call = self._call or await self._start()
-        try:
-            out = await call.outbox.get()
-        except BaseException:
-            await self.aclose()
-            raise
-        if out.finished:
-            self._finished = True
-            self._release()
-        return out
-
-    def listen(self, callback: Callable[[EngineOutput | Exception], None]) -> None:
-        """Hand every later output (or the error that ends the request) to ``callback`` from the
-        link's reader. Only once started (after the first ``__anext__``)."""
-        assert self._call is not None, "listen after the first output"
-
-        def deliver(item: EngineOutput | Exception) -> None:
-            if isinstance(item, Exception) or item.finished:
-                self._finished = isinstance(item, EngineOutput)
-                self._release()
-            callback(item)
-
-        self._call.outbox.listen(deliver)
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._release()
-        link, call = self._link, self._call
-        if link is not None and call is not None and not self._finished and not link.closed:
-            await link.cancel(call.id)
-
-    def _release(self) -> None:
-        if self._link is not None and self._call is not None:
-            self._link.forget(self._call)
-            self._engine._room.set()
 
 
 class _Call:

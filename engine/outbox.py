@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from engine.errors import EngineError
 from engine.interface import ChoiceDelta, EngineOutput
@@ -112,3 +112,68 @@ def merge_into(target: EngineOutput, new: EngineOutput) -> None:
     target.finished = target.finished or new.finished
     if new.usage is not None:
         target.usage = new.usage
+
+
+class OutboxStream:
+    """An engine request's outputs, read from its :class:`Outbox`: an async iterator (``aclose``
+    aborts what has not finished), or, once started, a source that hands each output to a callback
+    from the engine's delivery on the event loop (:meth:`listen`: no task woken per output).
+
+    ``start`` admits the request and returns its outbox (it runs at the first ``__anext__``, so
+    admission errors raise there); ``forget`` drops the engine's bookkeeping once the request ended
+    or was left; ``abort`` stops an unfinished request at the engine."""
+
+    __slots__ = ("_abort", "_box", "_closed", "_ended", "_forget", "_start")
+
+    def __init__(self, start: Callable[[], Awaitable[Outbox]], *, forget: Callable[[], None],
+                 abort: Callable[[], Awaitable[None]]) -> None:
+        self._start = start
+        self._forget = forget
+        self._abort = abort
+        self._box: Outbox | None = None
+        self._ended = False
+        self._closed = False
+
+    def __aiter__(self) -> OutboxStream:
+        return self
+
+    async def __anext__(self) -> EngineOutput:
+        if self._ended or self._closed:
+            raise StopAsyncIteration
+        box = self._box
+        if box is None:
+            box = self._box = await self._start()
+        try:
+            out = await box.get()
+        except BaseException:
+            await self.aclose()
+            raise
+        if out.finished:
+            self._end()
+        return out
+
+    def listen(self, callback: Callable[[EngineOutput | EngineError], None]) -> None:
+        """Hand every later output (or the error that ends the request) to ``callback``. Only once
+        started (after the first ``__anext__``)."""
+        assert self._box is not None, "listen after the first output"
+
+        def deliver(item: EngineOutput | EngineError) -> None:
+            if isinstance(item, EngineError) or item.finished:
+                self._end()
+            callback(item)
+
+        self._box.listen(deliver)
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        unfinished = self._box is not None and not self._box.done
+        self._end()
+        if unfinished:
+            await self._abort()
+
+    def _end(self) -> None:
+        if not self._ended:
+            self._ended = True
+            self._forget()

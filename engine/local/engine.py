@@ -39,7 +39,7 @@ from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
 from engine.local.scheduler import Sequence as Seq
 from engine.local.step import Delivery, final_output, run_step
 from engine.local.vision import VisionSpec, read_features
-from engine.outbox import DEFAULT_CAPACITY, Outbox
+from engine.outbox import DEFAULT_CAPACITY, Outbox, OutboxStream
 from engine.protocol import GenerateRequest
 
 log = logging.getLogger("tokenwire.engine")
@@ -135,9 +135,24 @@ class LocalEngine(Engine):
 
     # --- the Engine interface --------------------------------------------------------------
     def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
-        return self._generate(request)
+        external = request.request_id or secrets.token_hex(8)
+        key = f"{external}\x00{next(self._ids)}"
 
-    async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+        def forget() -> None:
+            self._outboxes.pop(key, None)
+            keys = self._by_external.get(external)
+            if keys is not None:
+                keys.discard(key)
+                if not keys:
+                    del self._by_external[external]
+
+        async def abort() -> None:
+            self._post("abort", ([key], False))
+
+        return OutboxStream(lambda: self._enqueue(request, external, key), forget=forget, abort=abort)
+
+    async def _enqueue(self, request: GenerateRequest, external: str, key: str) -> Outbox:
+        """Check and admit ``request`` (its grammar compiled first), and return its outbox."""
         self._check_serving()
         prompt, params = resolve(request, self.limits)
         grammar = None
@@ -146,8 +161,6 @@ class LocalEngine(Engine):
         mm = None
         if request.features is not None:  # checked and decoded off the loop (megabytes of base64)
             mm = await asyncio.to_thread(read_features, request.features, prompt, self.vision)
-        external = request.request_id or secrets.token_hex(8)
-        key = f"{external}\x00{next(self._ids)}"
         base_seed = params.seed if params.seed is not None else secrets.randbits(63)
         group = RequestGroup(key, prompt, params, [base_seed] * params.n, external_id=external, grammar=grammar,
                              mm=mm)
@@ -162,21 +175,7 @@ class LocalEngine(Engine):
             self._inbox.append(("add", group))
             self._inbox_adds += 1
             self._cv.notify()
-        try:
-            while True:
-                out = await box.get()
-                yield out
-                if out.finished:
-                    return
-        finally:
-            self._outboxes.pop(key, None)
-            keys = self._by_external.get(external)
-            if keys is not None:
-                keys.discard(key)
-                if not keys:
-                    del self._by_external[external]
-            if not box.done:
-                self._post("abort", ([key], False))
+        return box
 
     async def abort(self, request_ids: Sequence[str]) -> None:
         keys: list[str] = []

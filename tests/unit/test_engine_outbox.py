@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
-from engine.errors import EngineInternalError
+from engine.errors import EngineInternalError, EngineUnavailable
 from engine.interface import ChoiceDelta, EngineOutput
-from engine.outbox import Outbox
+from engine.outbox import Outbox, OutboxStream
 from engine.protocol import TokenLogprob, UsageInfo
 
 
@@ -91,3 +92,58 @@ def test_outputs_before_an_error_merge_and_the_error_comes_next() -> None:
         return got
 
     assert asyncio.run(main()) == [1, 2]
+
+
+# --- OutboxStream: iteration and the step-wise listen path over one outbox ----------------------
+
+def _stream(box: Outbox, log: list[str]) -> OutboxStream:
+    async def start() -> Outbox:
+        log.append("start")
+        return box
+
+    async def abort() -> None:
+        log.append("abort")
+
+    return OutboxStream(start, forget=lambda: log.append("forget"), abort=abort)
+
+
+def test_a_listener_gets_what_was_pending_merged_then_each_output_as_it_is_pushed() -> None:
+    async def main() -> tuple[list[Any], list[str]]:
+        box, log, got = Outbox(), list[str](), list[Any]()
+        stream = _stream(box, log)
+        box.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
+        assert (await stream.__anext__()).choices[0].token_ids == [1]
+        box.push(EngineOutput("r", [ChoiceDelta(0, [2])]))
+        box.push(EngineOutput("r", [ChoiceDelta(0, [3])]))
+        stream.listen(got.append)
+        box.push(EngineOutput("r", [ChoiceDelta(0, [4], finish_reason="length")], finished=True))
+        await stream.aclose()
+        return got, log
+
+    got, log = asyncio.run(main())
+    assert [c.token_ids for out in got for c in out.choices] == [[2, 3], [4]]
+    assert got[-1].finished
+    assert log == ["start", "forget"]  # finished: forgotten once, nothing to abort
+
+
+def test_closing_an_unfinished_stream_aborts_it_once_and_an_error_ends_a_listener() -> None:
+    async def main() -> tuple[list[str], list[Any]]:
+        box, log, got = Outbox(), list[str](), list[Any]()
+        stream = _stream(box, log)
+        box.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
+        await stream.__anext__()
+        await stream.aclose()
+        await stream.aclose()
+        other, other_log = Outbox(), list[str]()
+        listened = _stream(other, other_log)
+        other.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
+        await listened.__anext__()
+        listened.listen(got.append)
+        other.push(EngineUnavailable("gone"))
+        other.push(EngineOutput("r", [ChoiceDelta(0, [2])]))  # after the end: never delivered
+        await listened.aclose()
+        return log + other_log, got
+
+    log, got = asyncio.run(main())
+    assert log == ["start", "forget", "abort", "start", "forget"]
+    assert len(got) == 1 and isinstance(got[0], EngineUnavailable)
