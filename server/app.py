@@ -20,6 +20,9 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from server import metrics
 from server.context import ServerContext
 from server.errors import ApiError, error_response
+from server.hosts import host_allowed
+from server.hosts import refusal as host_refusal
+from server.http import is_json_media_type, not_json_message
 from server.routes import Route
 
 log = logging.getLogger("tokenwire")
@@ -99,6 +102,46 @@ class ApiKeyMiddleware:
         await response(scope, receive, send)
 
 
+class HostMiddleware:
+    """Refuses an HTTP request whose ``Host`` is not one of the server's names (server/hosts.py:
+    DNS rebinding). WebSocket upgrades are checked by the WebSocket route (server/ws/upgrade.py)."""
+
+    def __init__(self, app: ASGIApp, allowed: tuple[str, ...]) -> None:
+        self.app = app
+        self.allowed = allowed
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http" or "*" in self.allowed:
+            await self.app(scope, receive, send)
+            return
+        raw = dict(scope["headers"]).get(b"host")
+        host = raw.decode("latin-1") if raw is not None else None
+        if host_allowed(host, self.allowed):
+            await self.app(scope, receive, send)
+            return
+        response = error_response(ApiError(400, host_refusal(host or "")), flavor=flavor_of(scope["path"]))
+        await response(scope, receive, send)
+
+
+class JsonBodyMiddleware:
+    """A POST to a route that takes a body must send it as JSON, else 415 before the route runs
+    (server/http.py's ``read_json`` says why: no CORS preflight guards text/plain or form posts)."""
+
+    def __init__(self, app: ASGIApp, paths: frozenset[str]) -> None:
+        self.app = app
+        self.paths = paths
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and scope["path"] in self.paths:
+            raw = dict(scope["headers"]).get(b"content-type")
+            ctype = raw.decode("latin-1") if raw is not None else None
+            if ctype is None or not is_json_media_type(ctype):
+                response = error_response(ApiError(415, not_json_message(ctype)), flavor=flavor_of(scope["path"]))
+                await response(scope, receive, send)
+                return
+        await self.app(scope, receive, send)
+
+
 def _bearer(value: bytes) -> bytes:
     scheme, _, token = value.partition(b" ")
     return token.strip() if scheme.lower() == b"bearer" else b""
@@ -147,7 +190,10 @@ def create_app(ctx: ServerContext) -> Starlette:
 
     middleware = [Middleware(RawSendMiddleware),  # first: it must see the server's own send
                   Middleware(DrainMiddleware, drain=ctx.service(drain_of)),
+                  Middleware(HostMiddleware, allowed=ctx.settings.allowed_hosts),
                   Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys),
+                  Middleware(JsonBodyMiddleware,
+                             paths=frozenset(r.path for r in enabled_routes(ctx) if "POST" in r.methods)),
                   Middleware(LimitMiddleware, limiter=ctx.service(limiter_of),
                              body_timeout=ctx.settings.body_timeout, exempt=_is_public,
                              by_key=bool(ctx.settings.api_keys))]

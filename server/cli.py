@@ -215,6 +215,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
     keys = tuple(args.api_key or ()) or tuple(k for k in [environ.get("TOKENWIRE_API_KEY")] if k)
     secret, previous = state_secrets(args, environ)
+    from server.hosts import default_allowed_hosts
+
     extra = {}
     if mode is not Mode.RENDER:
         extra = {"dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
@@ -239,7 +241,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         log_level=args.log_level,
         access_log=not args.disable_access_log,
         allowed_origins=tuple(args.allowed_origin or ()),
-        allowed_hosts=tuple(args.allowed_host or ()),
+        allowed_hosts=(tuple(args.allowed_host) if args.allowed_host
+                       else default_allowed_hosts(args.host, api_keys=bool(keys))),
         ws_max_frame_bytes=args.ws_max_frame_bytes,
         ws_max_in_flight=args.ws_max_in_flight,
         ws_idle_timeout=args.ws_idle_timeout,

@@ -19,11 +19,16 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 
 async def read_json(request: Request, *, expect: type = dict) -> Any:
-    """The request body as JSON. 415 for a wrong content type, 413 past the size limit, 400 for
-    invalid JSON or a top-level value of the wrong kind."""
-    ctype = request.headers.get("content-type", "")
-    if ctype and "json" not in ctype.split(";")[0].lower():
-        raise ApiError(400, f"Unsupported content type {ctype.split(';')[0]!r}; send application/json.")
+    """The request body as JSON. 415 for a missing or non-JSON content type, 413 past the size
+    limit, 400 for invalid JSON or a top-level value of the wrong kind.
+
+    The content type is required: a web page may POST ``text/plain`` (or no type at all) to any
+    server without a CORS preflight, and a server that read such a body as JSON would start
+    generations or abort requests for any page the user visits. ``application/json`` needs the
+    preflight, which this server does not grant to other origins."""
+    ctype = request.headers.get("content-type")
+    if ctype is None or not is_json_media_type(ctype):
+        raise ApiError(415, not_json_message(ctype))
     length = request.headers.get("content-length")
     if length is not None and length.isdigit() and int(length) > MAX_BODY_BYTES:
         raise ApiError(413, f"Request body too large (limit {MAX_BODY_BYTES} bytes).")
@@ -40,6 +45,17 @@ async def read_json(request: Request, *, expect: type = dict) -> Any:
         kind = "object" if expect is dict else "array"
         raise ApiError(400, f"Request body must be a JSON {kind}.")
     return data
+
+
+def is_json_media_type(value: str) -> bool:
+    """``application/json`` or a ``+json`` type (parameters such as ``charset`` aside)."""
+    media = value.split(";")[0].strip().lower()
+    return media == "application/json" or (media.startswith("application/") and media.endswith("+json"))
+
+
+def not_json_message(ctype: str | None) -> str:
+    given = "no Content-Type" if ctype is None else f"Content-Type {ctype.split(';')[0].strip()[:100]!r}"
+    return f"The request has {given}; send the JSON body with 'Content-Type: application/json'."
 
 
 async def parse_body(request: Request, model: type[M]) -> M:

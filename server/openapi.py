@@ -11,7 +11,8 @@ checks it with schemathesis against real servers):
   against the vocabulary, prompt + ``max_tokens`` against the context) or tie several sampling
   fields together stay out of the schema: they are 400s with a message naming the field;
 - errors declare the envelope of their API: OpenAI's ``{"error": {...}}`` everywhere, Anthropic's
-  ``{"type": "error", "error": {...}}`` on ``/v1/messages``;
+  ``{"type": "error", "error": {...}}`` on ``/v1/messages``; an operation with a JSON body declares
+  its 415 (a body sent without ``Content-Type: application/json``);
 - ``text/event-stream`` answers declare the shape of one event (what ``data:`` carries), as
   OpenAPI 3.1 tools read a streaming media type's schema.
 """
@@ -220,6 +221,10 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
                     "required": True,
                     "content": {"application/json": {"schema": _schema(route.request_model, defs)}},
                 }
+                # server/http.py: a body without Content-Type: application/json is not read
+                op["responses"]["415"] = {
+                    "description": "The body was not sent as application/json (no Content-Type, text/plain, a form)",
+                    "content": {"application/json": {"schema": _error_ref(route)}}}
             paths.setdefault(route.path, {})[method.lower()] = op
     _refine(defs)
     return {

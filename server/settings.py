@@ -51,9 +51,9 @@ class Settings:
     max_waiting: int = 256
     # websocket / limits
     allowed_origins: tuple[str, ...] = ()
-    # Host names clients may use to reach this server (server/hosts.py; empty: the default for the
-    # bind address and whether API keys are set; "*": any)
-    allowed_hosts: tuple[str, ...] = ()
+    # Host names clients may use to reach this server (server/hosts.py; "*": any). The CLI sets the
+    # default for the bind address and whether API keys are set (server/hosts.default_allowed_hosts).
+    allowed_hosts: tuple[str, ...] = ("*",)
     ws_max_frame_bytes: int = 16 * 1024 * 1024  # a 128k-token prompt as JSON fits several times over
     ws_max_in_flight: int = 64  # requests in flight per session
     ws_idle_timeout: float = 300.0  # seconds without frames or requests before the server closes

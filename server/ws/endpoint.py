@@ -60,7 +60,7 @@ def decide_upgrade(websocket: WebSocket, ctx: ServerContext) -> Accepted | Refus
     return decide(websocket.headers, websocket.scope.get("subprotocols") or [],
                   websocket.scope.get("query_string", b"").decode("latin-1"),
                   allowed_origins=ctx.settings.allowed_origins, key_ok=lambda key: api_key_ok(ctx, key),
-                  keys_required=bool(ctx.settings.api_keys))
+                  keys_required=bool(ctx.settings.api_keys), allowed_hosts=ctx.settings.allowed_hosts)
 
 
 async def session_endpoint(websocket: WebSocket) -> None:

@@ -4,6 +4,8 @@ Pure functions of the request's headers, subprotocols and query string, so the d
 without a socket. A refusal becomes a real HTTP response (401 / 403 / 400) through the ASGI
 ``websocket.http.response`` extension: a refused client is never accepted and then closed.
 
+- **Host**: one of the server's names (``--allowed-host``, server/hosts.py), else 400: a page on a
+  re-pointed DNS name (DNS rebinding) would otherwise pass the same-host Origin check below.
 - **Origin**: absent (non-browser clients) is allowed. With ``--allowed-origin`` the Origin must be
   one of them (``*`` allows any); without, it must name the host the client connected to.
 - **API key** (when the server has keys): ``Authorization: Bearer KEY``, ``x-api-key: KEY`` or, from
@@ -21,6 +23,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from urllib.parse import parse_qs, urlsplit
 
+from server.hosts import ANY as ANY_HOST
+from server.hosts import host_allowed
+from server.hosts import refusal as host_refusal
 from session.frames import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL_PREFIX, SUPPORTED_VERSIONS, subprotocol
 
 
@@ -40,7 +45,10 @@ class Refused:
 
 def decide(headers: Mapping[str, str], subprotocols: Sequence[str], query: str, *,
            allowed_origins: Sequence[str], key_ok: Callable[[str | None], bool],
-           keys_required: bool) -> Accepted | Refused:
+           keys_required: bool, allowed_hosts: Sequence[str] = (ANY_HOST,)) -> Accepted | Refused:
+    host = headers.get("host")
+    if not host_allowed(host, allowed_hosts):
+        return Refused(400, host_refusal(host or ""))
     origin = headers.get("origin")
     if origin is not None and not origin_allowed(origin, headers.get("host", ""), allowed_origins):
         return Refused(403, f"Origin {origin[:200]!r} is not allowed to open a session on this server.")

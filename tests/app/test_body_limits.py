@@ -42,14 +42,17 @@ def client() -> Iterator[TestClient]:
         yield c
 
 
+JSON = {"content-type": "application/json"}
+
+
 def chunks(*parts: bytes) -> Iterator[bytes]:
     yield from parts
 
 
 def test_a_streamed_body_is_refused_once_it_passes_the_limit(client: TestClient) -> None:
-    r = client.post("/v1/echo", content=chunks(b'{"x": "', b"a" * 80, b"b" * 80, b'"}'))
+    r = client.post("/v1/echo", content=chunks(b'{"x": "', b"a" * 80, b"b" * 80, b'"}'), headers=JSON)
     assert r.status_code == 413 and r.json()["error"]["message"] == "Request body too large (limit 100 bytes)."
-    r = client.post("/v1/messages", content=chunks(b"{}" * 80))
+    r = client.post("/v1/messages", content=chunks(b"{}" * 80), headers=JSON)
     assert r.status_code == 413 and r.json()["type"] == "error"
     assert client.post("/v1/echo", json={"x": "a" * 50}).text == "50"
 
@@ -68,7 +71,8 @@ def test_a_body_that_does_not_arrive_in_time_is_a_408() -> None:
         async def send(message: dict[str, object]) -> None:
             sent.append(message)
 
-        scope = {"type": "http", "method": "POST", "path": "/v1/echo", "headers": [], "query_string": b"",
+        scope = {"type": "http", "method": "POST", "path": "/v1/echo", "query_string": b"",
+                 "headers": [(b"content-type", b"application/json")],
                  "http_version": "1.1", "scheme": "http", "server": ("t", 80), "client": ("c", 1), "root_path": ""}
         await app(max_body_bytes=100, body_timeout=0.2)(scope, receive, send)  # type: ignore[arg-type]
         return sent

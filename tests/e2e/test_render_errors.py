@@ -81,10 +81,13 @@ def test_the_served_model_name_is_accepted(client: httpx.Client) -> None:
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETION, MESSAGES])
-def test_a_wrong_content_type_is_400(client: httpx.Client, path: str) -> None:
+def test_a_wrong_content_type_is_415(client: httpx.Client, path: str) -> None:
+    # 415, and no body without a type either: a page may POST either without a CORS preflight (issue 19 item 6)
     r = client.post(path, content=b"hello", headers={"content-type": "text/plain"})
-    assert r.status_code == 400
-    assert "Unsupported content type 'text/plain'; send application/json." in r.text
+    assert r.status_code == 415
+    assert "The request has Content-Type 'text/plain'; send the JSON body with 'Content-Type: application/json'." in r.text
+    r = client.post(path, content=b"{}")
+    assert r.status_code == 415 and "no Content-Type" in r.text
 
 
 @pytest.mark.parametrize("path", [CHAT, COMPLETION])

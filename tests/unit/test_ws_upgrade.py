@@ -87,3 +87,25 @@ def test_origin_allowlist(origin: str, allowed: tuple[str, ...], ok: bool) -> No
 def test_origin_is_checked_before_the_key() -> None:
     result = check({"origin": "https://evil.example"}, keys=("k",))
     assert isinstance(result, Refused) and result.status == 403 and "Origin" in result.message
+
+
+@pytest.mark.parametrize(("host", "origin", "accepted"), [
+    # DNS rebinding: a page on rebind.example, its name re-pointed at the loopback address: Origin
+    # equals Host, which the same-host check alone accepted (issue 19 item 6)
+    ("rebind.example:8000", "http://rebind.example:8000", False),
+    ("rebind.example:8000", None, False),
+    ("localhost:8000", "http://localhost:8000", True),
+    ("127.0.0.1:8000", "http://127.0.0.1:8000", True),
+    ("[::1]:8000", "http://[::1]:8000", True),
+    ("app.localhost:8000", "http://app.localhost:8000", True),
+    ("api.example:8000", "http://api.example:8000", True),  # a name the operator allowed
+])
+def test_the_host_must_be_one_of_the_servers_names_so_dns_rebinding_is_refused(
+        host: str, origin: str | None, accepted: bool) -> None:
+    headers = {"host": host, **({"origin": origin} if origin else {})}
+    result = decide(headers, [], "", allowed_origins=(), key_ok=lambda k: True, keys_required=False,
+                    allowed_hosts=("api.example",))
+    assert isinstance(result, Accepted) is accepted, result
+    if not accepted:
+        assert isinstance(result, Refused) and result.status == 400
+        assert "--allowed-host rebind.example" in result.message
