@@ -8,7 +8,8 @@ request in flight. The machine decides; this module only shuttles:
 - **sending**: with a direct :class:`~server.ws.transport.FrameWriter` (uvicorn, no compression),
   a tick's first frame is stamped with ``seq`` and written at once (the task that made it writes
   it, as an SSE response does), and the frames that became ready later in the same loop tick leave
-  in one transport write at its end (``_flush``, scheduled once per tick), with no task switch;
+  in one transport write at its end (``_flush``; one callback per tick flushes every session that
+  sent during it), with no task switch;
   a client that offered the ``tokenwire.batch`` subprotocol gets all of them as one ``batch`` message
   (docs/protocol.md §6), so an engine step's deltas of every request of the session cost one
   message. When the transport is backed up (the client does not read), or without a direct
@@ -104,6 +105,24 @@ class _Report:
         self._conn.drain()
 
 
+_open_ticks: dict[asyncio.AbstractEventLoop, list[Connection]] = {}  # sessions that sent this tick, per loop
+
+
+def _end_of_tick(conn: Connection) -> None:
+    """Have ``conn._flush`` run at the end of this loop tick: one callback for all such sessions."""
+    loop = asyncio.get_running_loop()
+    conns = _open_ticks.get(loop)
+    if conns is None:
+        conns = _open_ticks[loop] = []
+        loop.call_soon(_flush_ticks, loop)
+    conns.append(conn)
+
+
+def _flush_ticks(loop: asyncio.AbstractEventLoop) -> None:
+    for conn in _open_ticks.pop(loop, ()):
+        conn._flush()
+
+
 class Connection:
     def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
                  outbox_capacity: int = 256, drain: Drain | None = None,
@@ -149,7 +168,7 @@ class Connection:
             if direct is not None and not self.outbox and not direct.backed_up and self._close is None:
                 if not self._tick_open:  # the tick's first frame leaves at once (latency) ...
                     self._tick_open = True
-                    asyncio.get_running_loop().call_soon(self._flush)
+                    _end_of_tick(self)
                     if not self.batch:
                         direct.write([self._encode(action.frame)])
                         return

@@ -112,6 +112,15 @@ def wait_idle(engine: ServerProcess, timeout: float = 30.0) -> None:
     pytest.fail(f"the engine still holds {live} sequences {timeout:g} s after the clients left")
 
 
+def wait_busy(engine: ServerProcess, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if httpx.get(engine.url + "/health", timeout=10).json()["live_sequences"]:
+            return
+        time.sleep(0.02)
+    pytest.fail(f"the engine started no sequence within {timeout:g} s")
+
+
 def test_a_client_that_leaves_mid_stream_aborts_its_request_at_the_engine(servers: tuple[ServerProcess, ...]) -> None:
     engine, link, _ = servers
 
@@ -229,7 +238,7 @@ def test_a_session_that_does_not_read_gets_coalesced_deltas_with_the_exact_text(
     """Four resumable 300-token chats on a session whose client reads nothing for a while through a
     small receive buffer: past the server's socket buffer the session queues and merges deltas, and
     every stream's text and token ids are still exactly the HTTP link's."""
-    _, link, http = servers
+    engine, link, http = servers
     want = {i: httpx.post(http.url + "/v1/chat/completions", json=body(i, 300), timeout=120).json()
             ["choices"][0]["message"]["content"] for i in range(4)}
     host, port = link.url.removeprefix("http://").rsplit(":", 1)
@@ -241,7 +250,10 @@ def test_a_session_that_does_not_read_gets_coalesced_deltas_with_the_exact_text(
         client = await SessionClient.open(link.ws_url, sock=sock, max_queue=1)
         for i in range(4):
             await client.send(type="chat", id=f"r{i}", body=body(i, 300), resumable=True)
-        await asyncio.sleep(6)  # the engine runs on while nothing is read (under the 20 s keepalive)
+        await asyncio.to_thread(wait_busy, engine)
+        # Nothing is read until the engine has produced all four streams (within the server's
+        # keepalive: a client that answers no ping for 20 s is closed).
+        await asyncio.to_thread(wait_idle, engine, 15.0)
         done: dict[int, list[dict[str, Any]]] = {i: [] for i in range(4)}
         finished = 0
         while finished < 4:
