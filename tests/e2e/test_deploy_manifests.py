@@ -1,0 +1,113 @@
+"""deploy/'s files say what the running system does (no cluster or Docker daemon is needed):
+
+- both HAProxy configurations pass ``haproxy -c`` with their addresses set;
+- every tokenwire command line in the compose files and the Kubernetes manifests is accepted by the
+  real CLI (it stops at the missing model directory, never at a flag);
+- every tokenwire and engine container has a readiness probe / healthcheck on ``/health``; a front
+  end's liveness probe is not ``/health`` (an engine-tier outage makes that 503 and must not restart
+  every front end);
+- the grace period before a kill is longer than ``--shutdown-timeout`` plus the preStop pause, so a
+  drain is never cut short.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.deploy_support import ENGINES_CFG, FRONTENDS_CFG, SECRET, haproxy_binary
+from tests.support.server_proc import run_cli
+
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+K8S = sorted((DEPLOY / "k8s").glob("*.yaml"))
+
+
+def k8s_docs() -> list[dict[str, Any]]:
+    return [d for f in K8S for d in yaml.safe_load_all(f.read_text()) if d]
+
+
+def containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod spec, container) of every Deployment."""
+    return [(d["spec"]["template"]["spec"], c) for d in k8s_docs() if d["kind"] == "Deployment"
+            for c in d["spec"]["template"]["spec"]["containers"]]
+
+
+def compose_services() -> dict[str, dict[str, Any]]:
+    data = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    services: dict[str, dict[str, Any]] = data["services"]
+    return services
+
+
+def flag(args: list[str], name: str) -> str | None:
+    return args[args.index(name) + 1] if name in args else None
+
+
+@pytest.mark.parametrize("config", [FRONTENDS_CFG, ENGINES_CFG], ids=lambda p: p.name)
+def test_the_haproxy_configurations_are_valid(config: Path) -> None:
+    env = {**os.environ, "TW_LB_BIND": "127.0.0.1:1", "TW_FE1": "127.0.0.1:2", "TW_FE2": "127.0.0.1:3",
+           "TW_STATS_BIND": "127.0.0.1:4", "TW_ENGINE_LB_BIND": "127.0.0.1:1", "TW_ENGINE1": "127.0.0.1:2",
+           "TW_ENGINE2": "127.0.0.1:3", "TW_ENGINE_STATS_BIND": "127.0.0.1:4"}
+    r = subprocess.run([haproxy_binary(), "-c", "-f", str(config)], env=env, capture_output=True, text=True,
+                       timeout=30)
+    assert r.returncode == 0 and "Configuration file is valid" in r.stdout + r.stderr, r.stdout + r.stderr
+
+
+def tokenwire_commands() -> list[tuple[str, list[str]]]:
+    out = [(f"k8s {c['name']}", [str(a) for a in c["args"]]) for _, c in containers()
+           if str(c["image"]).startswith("tokenwire")]
+    for name, service in compose_services().items():
+        if str(service.get("image", "")).startswith("tokenwire"):
+            args = [re.sub(r"\$\{MODEL[^}]*\}", "model", str(a)) for a in service["command"]]
+            out.append((f"compose {name}", args))
+    return out
+
+
+@pytest.mark.parametrize("where,args", tokenwire_commands(), ids=lambda v: v if isinstance(v, str) else "")
+def test_every_tokenwire_command_line_is_accepted_by_the_cli(where: str, args: list[str], tmp_path: Path) -> None:
+    missing = str(tmp_path / "no-model-here")
+    argv = [missing if a.startswith("/models/") else a for a in args]
+    argv[argv.index("--port") + 1] = "0"
+    r = run_cli(argv, env={"TOKENWIRE_STATE_SECRET": SECRET}, timeout=60)
+    assert r.returncode == 2, (where, r.stderr)
+    assert "no-model-here" in r.stderr and "unrecognized" not in r.stderr, (where, r.stderr)
+
+
+def test_probes_check_health_and_front_ends_are_not_restarted_for_an_engine_outage() -> None:
+    found = containers()
+    assert {c["name"] for _, c in found} >= {"engine", "vllm", "frontend"}
+    for _, c in found:
+        assert c["readinessProbe"]["httpGet"]["path"] == "/health", c["name"]
+        if c["name"] == "frontend":
+            assert c["livenessProbe"]["httpGet"]["path"] != "/health"
+    for name, service in compose_services().items():
+        if str(service.get("image", "")).startswith("tokenwire"):
+            assert "/health" in " ".join(service["healthcheck"]["test"]), name
+
+
+def seconds(text: str) -> float:
+    m = re.fullmatch(r"(\d+)s", text)
+    assert m, text
+    return float(m.group(1))
+
+
+def test_grace_periods_outlast_the_drain() -> None:
+    for pod, c in containers():
+        args = [str(a) for a in c.get("args", [])]
+        drain = float(flag(args, "--shutdown-timeout") or 20)  # tokenwire's default; vLLM has its own
+        pause = float(c["lifecycle"]["preStop"]["exec"]["command"][-1])
+        assert pod["terminationGracePeriodSeconds"] > drain + pause, c["name"]
+    for name, service in compose_services().items():
+        if str(service.get("image", "")).startswith("tokenwire"):
+            drain = float(flag([str(a) for a in service["command"]], "--shutdown-timeout") or 20)
+            assert seconds(service["stop_grace_period"]) > drain, name
+
+
+def test_the_example_state_secret_is_long_enough() -> None:
+    secret = next(d for d in k8s_docs() if d["kind"] == "Secret")
+    assert len(secret["stringData"]["secret"].encode()) >= 32
