@@ -281,10 +281,7 @@ class Connection:
         frames, self._tick = self._tick, []
         self._tick_open = False
         if frames and self.direct is not None:
-            encoded = [self._encode(frame) for frame in frames]
-            if self.batch and len(encoded) > 1:
-                encoded = [b'{"type":"batch","frames":[' + b",".join(encoded) + b"]}"]
-            self.direct.write(encoded)  # a closed transport: the reader sees the disconnect
+            self.direct.write(self._messages(frames))  # a closed transport: the reader sees the disconnect
 
     async def _send_pending(self) -> bool:
         """Send what is queued now: frame by frame, or, to a batch client, all of it as one
@@ -304,14 +301,20 @@ class Connection:
             for frame in frames:
                 await self._send(frame)
             return bool(frames)
-        encoded: list[bytes] = []
+        pending: list[ServerFrame] = []
         while frames := self.outbox.take():
-            encoded += [self._encode(frame) for frame in frames]
-        if len(encoded) > 1:
-            await self.websocket.send_text((b'{"type":"batch","frames":[' + b",".join(encoded) + b"]}").decode())
-        elif encoded:
-            await self.websocket.send_text(encoded[0].decode())
-        return bool(encoded)
+            pending += frames
+        for message in self._messages(pending):
+            await self.websocket.send_text(message.decode())
+        return bool(pending)
+
+    def _messages(self, frames: list[ServerFrame]) -> list[bytes]:
+        """``frames`` stamped and encoded, in order: one message each, or one ``batch`` message
+        holding them all for a batch client."""
+        encoded = [self._encode(frame) for frame in frames]
+        if self.batch and len(encoded) > 1:
+            return [b'{"type":"batch","frames":[' + b",".join(encoded) + b"]}"]
+        return encoded
 
     def _encode(self, frame: ServerFrame) -> bytes:
         if isinstance(frame, ErrorFrame):
