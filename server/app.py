@@ -176,6 +176,9 @@ def create_app(ctx: ServerContext) -> Starlette:
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         if ctx.gating.info:
             log.info(ctx.gating.info)
+        if "*" not in ctx.settings.allowed_hosts:
+            names = ", ".join(ctx.settings.allowed_hosts) or "no other name"
+            log.info("Answering Host names: IP addresses, localhost, %s (--allowed-host NAME adds one)", names)
         if ctx.engine is not None:
             await ctx.engine.start()
         try:

@@ -76,6 +76,7 @@ def test_dns_rebinding_is_refused_on_http_and_at_the_websocket_upgrade(server: S
         assert httpx.get(server.url + "/health", headers={"Host": host}, timeout=10).status_code == 200
         assert upgrade_status(server, host, f"http://{host}") == 101
     assert upgrade_status(server, f"localhost:{port}", "http://rebind.example") == 403  # Origin check as before
+    assert "Answering Host names: IP addresses, localhost, no other name" in server.output()
 
 
 def test_a_post_not_sent_as_json_is_a_415(server: ServerProcess) -> None:
