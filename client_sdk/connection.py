@@ -61,6 +61,10 @@ from session.server_frames import SERVER_FRAMES, AnyServerFrame, ErrorFrame, Ses
 
 log = logging.getLogger("client_sdk")
 
+# after a shutting_down error, how long to wait for the server to close the session (its drain's
+# last requests end, then 1012 within about 3 s, server/shutdown.py) before using it again
+DRAIN_CLOSE_S = 5.0
+
 
 class WebSocketTransport:
     kind: Literal["websocket", "http"] = "websocket"
@@ -301,7 +305,11 @@ class WebSocketTransport:
             if isinstance(frame, ErrorFrame) and frame.error.get("code") == "shutting_down":
                 # The server drains: this session takes no new request and closes (1012) once its
                 # work ends; what is sent next (a resumed stream too) waits for the next session.
+                # The same code also reports a remote engine that drains under a server that does
+                # not: if the session is still open after DRAIN_CLOSE_S, it is used again.
                 self._connected.clear()
+                if self._loop is not None:
+                    self._loop.call_later(DRAIN_CLOSE_S, self._reuse_if_open, self._ws)
             channel.put(frame)
             if frame.type in FINAL_TYPES:
                 self._end(request_id)
@@ -311,6 +319,10 @@ class WebSocketTransport:
             waiter.set_result(frame)
         elif isinstance(frame, ErrorFrame):
             log.warning("tokenwire session error: %s", frame.error.get("message"))
+
+    def _reuse_if_open(self, ws: ClientConnection | None) -> None:
+        if ws is not None and self._ws is ws and self._broken is None and not self._connected.is_set():
+            self._connected.set()
 
     def _lost(self, lost: errors.ConnectionLostError) -> None:
         self._ws = None

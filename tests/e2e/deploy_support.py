@@ -187,12 +187,13 @@ class Topology:
         assert self.lb is not None
         self.lb.wait_status({f"fe{i + 1}": "UP"})
 
-    def restart_engine(self, i: int) -> None:
+    def restart_engine(self, i: int, *extra: str) -> None:
+        """Start engine ``i`` again (after a kill or a drain) on its port, with ``extra`` flags."""
         old = self.engines[i]
         old.stop()
         port = hostport(old.url).rsplit(":", 1)[1]
         self.engines[i] = ServerProcess(["serve", str(self.model), "--tokens-only", "--dtype", "float32",
-                                         *self.engine_args, "--port", port]).start()
+                                         *self.engine_args, *extra, "--port", port]).start()
         assert self.engine_lb is not None
         self.engine_lb.wait_status({f"engine{i + 1}": "UP"})
 

@@ -218,6 +218,43 @@ def test_an_engine_replica_killed_mid_stream_the_sdk_resumes_on_the_survivor(top
     assert summary(kind, items) == want
 
 
+def test_an_engine_replica_drained_past_its_shutdown_timeout_the_sdk_resumes_on_the_survivor(topo: Topology) -> None:
+    # the engine ends the stream with shutting_down, which the front end (not draining) passes on:
+    # the SDK resumes, on the same session once it sees that session stay open
+    kind, body = "chat", {**LONG, "max_tokens": 120}
+    for i in range(2):
+        topo.restart_engine(i, "--shutdown-timeout", "0.5")
+    drained: list[int] = []
+
+    def drain() -> None:
+        i = engine_with_work(topo)
+        topo.engines[i].proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        drained.append(i)
+
+    async def run() -> tuple[list[Any], int, list[str | None]]:
+        async with client_sdk.connect(topo.url) as client:
+            sessions = [client.info.session_id]
+            stream = await open_stream(client, kind, body)
+            items: list[Any] = []
+            async for item in stream:
+                items.append(item)
+                if len(items) == CUT_AFTER:
+                    await asyncio.to_thread(drain)
+            assert stream.status == "completed"
+            return items, stream.resumes, [*sessions, client.info.session_id]
+
+    try:
+        want = expected(kind, reference(topo.url, PATHS[kind], body))
+        items, resumes, sessions = asyncio.run(run())
+        code = topo.engines[drained[0]].proc.wait(30)  # type: ignore[union-attr]
+    finally:
+        for i in range(2):
+            topo.restart_engine(i)
+    assert resumes >= 1 and code == 0
+    assert sessions[0] == sessions[1]  # the front end did not drain: its session was used again
+    assert summary(kind, items) == want
+
+
 # --- a front end drained --------------------------------------------------------------------------------
 
 LONG: dict[str, Any] = {"messages": RIVERS, "max_tokens": 240, "temperature": 0}
