@@ -49,7 +49,14 @@ def resolve_dtype(name: str) -> tuple[torch.dtype, str]:
 
 def resolve_threads(explicit: int | None = None) -> int:
     """Threads for torch: explicit, else ``TOKENWIRE_NUM_THREADS``, else ``OMP_NUM_THREADS``,
-    else every CPU this process may run on."""
+    else every CPU this process may run on but one, which is left to the event loop (and to the
+    neighbours on a shared machine), as vLLM reserves a core for its API server.
+
+    Why not every CPU: torch's OpenMP threads meet at a barrier after every operator, so when one
+    of them is descheduled (the event loop serving, or any other process) the others spin until
+    it runs again. On the 2-core machine of issue 22 a 2-thread engine fell to under 1 tok/s at
+    batch 1 beside one busy process, where a 1-thread engine lost half at most
+    (docs/benchmarks.md, Engine)."""
     for value in (explicit, os.environ.get("TOKENWIRE_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS")):
         if value is None or value == "":
             continue
@@ -59,6 +66,10 @@ def resolve_threads(explicit: int | None = None) -> int:
             continue
         if n > 0:
             return n
+    return max(1, usable_cpus() - 1)
+
+
+def usable_cpus() -> int:
     try:
         return max(1, len(os.sched_getaffinity(0)))
     except AttributeError:  # not on Linux

@@ -45,6 +45,7 @@ from engine.protocol import GenerateRequest
 log = logging.getLogger("tokenwire.engine")
 
 _Msg = tuple[str, Any]
+IDLE_TRIM_S = 1.0
 _Delivery = Delivery
 
 
@@ -270,7 +271,9 @@ class LocalEngine(Engine):
         while True:
             with self._cv:
                 while not self._inbox and not sched.has_work and not self._stopping:
-                    self._cv.wait()
+                    # idle for a second after large KV buffers went: return the free heap to the OS
+                    if not self._cv.wait(IDLE_TRIM_S if self.runner.trim_due else None):
+                        self.runner.trim()
                 if self._stopping:
                     return
                 msgs = list(self._inbox)

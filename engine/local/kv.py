@@ -94,6 +94,7 @@ class KVStore:
         """Drop all buffers (when the engine goes idle they are rebuilt small on next use)."""
         self.keys = [None] * self.num_layers
         self.values = [None] * self.num_layers
+        self.rows, self.capacity = self.initial_rows, self.initial_len
 
     def nbytes(self) -> int:
         return sum(t.numel() * t.element_size() for t in (*self.keys, *self.values) if t is not None)
