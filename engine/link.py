@@ -269,7 +269,7 @@ class _Link:
                 await self.ws.close()
 
     def _fail_all(self, error: EngineError) -> None:
-        for call in self.calls.values():
+        for call in list(self.calls.values()):  # a push may end its call, which leaves self.calls
             call.outbox.push(error)
 
     async def _read(self) -> None:
