@@ -218,6 +218,44 @@ def test_an_engine_replica_killed_mid_stream_the_sdk_resumes_on_the_survivor(top
     assert summary(kind, items) == want
 
 
+def test_an_engine_replica_killed_under_many_streams_every_stream_resumes(topo: Topology) -> None:
+    # several streams on each engine link: the link's loss fails all of them at once (engine/link.py)
+    bodies: list[dict[str, Any]] = [{"messages": [{"role": "user", "content": f"Tell me about rivers, part {k}"}],
+                                     "max_tokens": 60, "temperature": 0} for k in range(4)]
+    want = [expected("chat", reference(topo.url, PATHS["chat"], b)) for b in bodies]
+    killed: list[int] = []
+
+    def busiest() -> int:
+        live = [httpx.get(e.url + "/health", timeout=5).json()["live_sequences"] for e in topo.engines]
+        return max(range(len(live)), key=lambda i: live[i])
+
+    async def run() -> list[tuple[list[Any], int]]:
+        async with client_sdk.connect(topo.url) as a, client_sdk.connect(topo.url) as b:
+            streams = [await (a if k % 2 else b).chat.completions.create(**bodies[k % 4], stream=True, resumable=True)
+                       for k in range(8)]
+            items: list[list[Any]] = [[] for _ in streams]
+
+            async def read(k: int) -> None:
+                async for item in streams[k]:
+                    items[k].append(item)
+                    if all(len(i) >= 3 for i in items) and not killed:
+                        killed.append(busiest())
+                        topo.engines[killed[0]].stop(signal.SIGKILL)
+
+            await asyncio.wait_for(asyncio.gather(*(read(k) for k in range(8))), 120)
+            assert [s.status for s in streams] == ["completed"] * 8
+            return [(items[k], streams[k].resumes) for k in range(8)]
+
+    try:
+        out = asyncio.run(run())
+    finally:
+        for i in killed:
+            topo.restart_engine(i)
+    assert killed and sum(r for _, r in out) >= 2  # the killed replica ran several of them
+    for k, (items, _) in enumerate(out):
+        assert summary("chat", items) == want[k % 4], k
+
+
 def test_an_engine_replica_drained_past_its_shutdown_timeout_the_sdk_resumes_on_the_survivor(topo: Topology) -> None:
     # the engine ends the stream with shutting_down, which the front end (not draining) passes on:
     # the SDK resumes, on the same session once it sees that session stay open
