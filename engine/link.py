@@ -284,8 +284,9 @@ class _Link:
                 else:
                     self._dispatch(frame)
         except (OSError, WebSocketException, orjson.JSONDecodeError, ValidationError, AttributeError,
-                TypeError, KeyError):
-            log.warning("engine link %s failed", self.url, exc_info=True)
+                TypeError, KeyError) as exc:
+            # a replica that dies or drains ends its links: one line, no traceback
+            log.warning("engine link %s ended: %s", self.url, type(exc).__name__)
         self.closed = True
         self._fail_all(EngineUnavailable("The connection to the remote engine was lost."))
 
