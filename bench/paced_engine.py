@@ -34,6 +34,7 @@ import sys
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import uvicorn
@@ -194,11 +195,11 @@ class _LinkSocket:
         self.ws = ws
         self.batch = batch
         self.seq = 0
-        self.active: dict[str, dict] = {}  # frame id → {ids, k, wire_id, stamps, prompt, start}
-        self.out: list[dict] = []
+        self.active: dict[str, dict[str, Any]] = {}  # frame id → {ids, k, wire_id, stamps, prompt, start}
+        self.out: list[dict[str, Any]] = []
 
-    def receive(self, frame: dict) -> None:
-        kind, fid = frame.get("type"), frame.get("id")
+    def receive(self, frame: dict[str, Any]) -> None:
+        kind, fid = frame.get("type"), str(frame.get("id"))
         if kind == "generate":
             body = frame.get("body") or {}
             arrived = time.monotonic_ns()

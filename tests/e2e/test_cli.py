@@ -146,7 +146,7 @@ WEAK_SECRETS = [
 
 @pytest.mark.parametrize(("flags", "env", "message"), WEAK_SECRETS, ids=[m[:40] for _, _, m in WEAK_SECRETS])
 def test_a_weak_state_secret_is_one_line_and_exit_2_before_any_model_loads(
-        tmp_path: Path, flags: list[str], env: dict[str, str], message: str) -> None:
+        tmp_path: Path, flags: list[str], env: dict[str, str | None], message: str) -> None:
     # issue 19 item 5: "--state-secret a" was accepted silently, and a state gave the secret away
     done = run_cli(["launch", "render", str(tmp_path / "nope"), *flags], env=env, preamble=NO_MODEL_LIBS)
     assert done.returncode == 2, done.stderr

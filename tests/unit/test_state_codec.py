@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import logging
+from typing import Any
 
 import orjson
 import pytest
@@ -180,6 +181,7 @@ def test_a_validly_signed_payload_with_out_of_range_values_is_malformed_not_a_cr
     codec = _codec()
     base = {"r": BIND.request_id, "i": 0, "c": BIND.context, "s": 1, "b": BODY}
     assert codec.decode(_resign(codec, base), BIND).seq == 1
+    bad: dict[str, Any]
     for bad in ({"s": 2**64 - 1}, {"s": -1}, {"s": True}, {"b": {"t": 1, "st": {"n": 2**64 - 1}}},
                 {"b": {"st": {"d": [-(2**63)]}}}, {"b": []}, {"r": ["x"]}, {"i": 0.5}):
         assert _reason(_resign(codec, {**base, **bad}), codec) == "malformed", bad
