@@ -19,13 +19,14 @@
         │                              ``reason`` (``bad_state`` only), ``message`` (from the server)
         ├── BadRequestError            400: invalid_request, invalid_frame, unknown_type
         │   └── BadStateError          400: bad_state — a derender state or resume checkpoint refused
-        ├── AuthenticationError        401: missing API key
-        ├── PermissionDeniedError      403: wrong API key, Origin not allowed
+        ├── AuthenticationError        401: unauthorized — missing API key
+        ├── PermissionDeniedError      403: forbidden — wrong API key, Origin not allowed
         ├── NotFoundError              404: not_found, unknown_id, model_not_found
         │   └── NotEnabledError        404: not_enabled — the server does not serve this frame type
         ├── ConflictError              409: duplicate_id
         ├── RequestTooLargeError       413: too_large
-        ├── RateLimitError             429: too_many_requests
+        ├── RateLimitError             429: too_many_requests (this session's max_in_flight),
+        │                              rate_limited (the server's per-client limits)
         ├── InternalServerError        500: internal_error
         ├── EngineUnavailableError     502: engine_unavailable
         ├── OverloadedError            503: overloaded
@@ -45,6 +46,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import orjson
+
+from session.error_codes import code_for_status
 
 
 class TokenwireError(Exception):
@@ -169,10 +172,6 @@ _BY_STATUS: dict[int, type[APIError]] = {
     409: ConflictError, 413: RequestTooLargeError, 422: BadRequestError, 429: RateLimitError,
     500: InternalServerError, 502: EngineUnavailableError, 503: OverloadedError, 504: EngineTimeoutError,
 }
-# The protocol's code for an HTTP status (docs/protocol.md §7), for errors that came over HTTP.
-_CODE_BY_STATUS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                   409: "duplicate_id", 413: "too_large", 422: "invalid_request", 429: "too_many_requests",
-                   500: "internal_error", 502: "engine_unavailable", 503: "overloaded", 504: "engine_timeout"}
 
 
 def from_error_body(error: dict[str, Any]) -> APIError | RequestCancelled:
@@ -207,8 +206,8 @@ def http_error_body(status: int, body: bytes | dict[str, Any] | None) -> dict[st
     if isinstance(inner, dict):
         message = str(inner.get("message") or message)
         param = inner.get("param") if isinstance(inner.get("param"), str) else None
-    return {"code": _CODE_BY_STATUS.get(status, "internal_error" if status >= 500 else "invalid_request"),
-            "message": message, "status": status, "param": param}
+    # the protocol's code for the status (docs/protocol.md §7), from the table the server uses too
+    return {"code": code_for_status(status), "message": message, "status": status, "param": param}
 
 
 def from_http(status: int, body: bytes | dict[str, Any] | None) -> APIError | RequestCancelled:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from session import error_codes
 from session import frames as f
 from session import server_frames as sf
 from session.actions import (
@@ -139,13 +140,6 @@ class _Request:
     undo: Undo | None = None  # state-ledger entry to restore when the step fails
     restart: bool = False  # a derender step with no stream_state: (re)starts its stream
 
-
-_FRAME_ERROR_STATUS = {"invalid_frame": 400, "unknown_type": 400, "duplicate_id": 409, "unknown_id": 404,
-                       "not_enabled": 404, "too_many_requests": 429, "bad_state": 400,
-                       "model_not_found": 404}
-# Refusals for load: the client did nothing wrong (it may retry), so they are not counted towards
-# the consecutive-error close (docs/protocol.md §3, §7).
-_LOAD_REFUSALS = frozenset({"too_many_requests", "rate_limited"})
 
 
 class Session:
@@ -490,13 +484,13 @@ class Session:
         self._actions.append(Send(frame))
 
     def _frame_error(self, exc: f.FrameError) -> None:
-        status = _FRAME_ERROR_STATUS.get(exc.code, 400)
+        status = error_codes.status_of(exc.code)
         # ``id`` in an error frame ends that request: never name one that is (still) running
         request_id = exc.request_id if exc.request_id not in self._requests else None
         error = sf.ErrorInfo(exc.code, exc.message, status=status, param=exc.param,
                             reason=exc.reason)
         self._emit(sf.ErrorFrame(event_id=exc.event_id, id=request_id, error=error.as_dict()))
-        if exc.code in _LOAD_REFUSALS:
+        if exc.code in error_codes.LOAD_REFUSALS:  # the client may retry: not a strike (§3, §7)
             return
         self._strikes += 1
         if self._strikes > self.config.max_consecutive_errors:
@@ -516,7 +510,8 @@ def _cancelled_frame(req: _Request) -> sf.ServerFrame:
     if req.type in sf.DONE_FRAME_OF:
         return sf.DONE_FRAME_OF[req.type](id=req.id, status="cancelled", event_id=req.event_id)
     # render and derender have no done-with-status frame: a cancelled one ends with an error frame
-    error = sf.ErrorInfo("cancelled", f"The {req.type} request was cancelled.", status=499)
+    error = sf.ErrorInfo("cancelled", f"The {req.type} request was cancelled.",
+                         status=error_codes.STATUS_OF["cancelled"])
     return sf.ErrorFrame(event_id=req.event_id, id=req.id, error=error.as_dict())
 
 
@@ -526,7 +521,8 @@ def _closed_frame(req: _Request, close: Close) -> sf.ServerFrame:
     why = f"{close.reason}, close code {close.code}" if close.reason else f"close code {close.code}"
     error = sf.ErrorInfo(
         "session_closed", f"The session is closing ({why}) before this {req.type} request finished; send "
-        "it again on a new session (a resumable stream resumes from its last checkpoint).", status=503)
+        "it again on a new session (a resumable stream resumes from its last checkpoint).",
+        status=error_codes.STATUS_OF["session_closed"])
     return sf.ErrorFrame(event_id=req.event_id, id=req.id, error=error.as_dict())
 
 

@@ -9,7 +9,7 @@ this one instead::
 It is assembled from the repository's own files, no copy: the ``client_sdk`` package whole (with
 the browser module and playground under ``client_sdk/web/``) and exactly the ``session`` /
 ``engine`` modules it imports, transitively (frame types, protocol models, session settings, the
-generate stage's wire types). :data:`MODULES` is the one list of them;
+generate stage's wire types, the error-code table). :data:`MODULES` is the one list of them;
 ``tests/unit/test_client_dist.py`` checks that it is complete, that none of them imports torch or
 transformers, and that :data:`REQUIREMENTS` names every third-party package they import. The
 version and the version bounds of the requirements are read from the repository's
@@ -46,6 +46,7 @@ MODULES = (
     "engine.protocol",
     "engine.structured",
     "session",
+    "session.error_codes",
     "session.frames",
     "session.protocol",
     "session.protocol.anthropic",

@@ -53,6 +53,7 @@ from session.actions import (
     StartPipeline,
     StartRender,
 )
+from session.error_codes import code_for_status
 from session.errors import StateError
 from session.machine import Session, SessionState
 from session.server_frames import ErrorFrame, ErrorInfo, ServerFrame
@@ -63,10 +64,6 @@ BATCH_SUBPROTOCOL = "tokenwire.batch"  # offered next to tokenwire.v1: the clien
 FLUSH_ON_CLOSE_S = 2.0  # how long queued frames may take to leave before the close frame
 THREAD_DECODE_CHARS = 256 * 1024  # larger messages are validated on a worker thread
 
-_CODE_BY_STATUS = {400: "invalid_request", 401: "unauthorized", 403: "forbidden", 404: "not_found",
-                   409: "conflict", 413: "too_large", 422: "invalid_request", 429: "rate_limited",
-                   500: "internal_error", 502: "engine_unavailable", 503: "overloaded",
-                   504: "engine_timeout"}
 _SEND_ERRORS = (WebSocketDisconnect, OSError, RuntimeError)
 _FRAME_OF = {StartRender: "render", StartGenerate: "generate", StartDerender: "derender"}
 
@@ -80,8 +77,7 @@ def error_info(exc: BaseException) -> ErrorInfo:
         return ErrorInfo("bad_state", err.message, status=err.status, param=err.param, reason=exc.reason)
     if err.status == 404 and err.param == "model":
         return ErrorInfo("model_not_found", err.message, status=404, param="model")
-    default = "invalid_request" if err.status < 500 else "internal_error"
-    return ErrorInfo(_CODE_BY_STATUS.get(err.status, default), err.message, status=err.status, param=err.param)
+    return ErrorInfo(code_for_status(err.status), err.message, status=err.status, param=err.param)
 
 
 class _Report:
