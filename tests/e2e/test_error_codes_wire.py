@@ -29,7 +29,8 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
 
 def test_a_client_past_the_rate_limit_gets_rate_limited_over_http_and_websocket_alike(server: ServerProcess) -> None:
     async def refusal(transport: str) -> tuple[int, client_sdk.APIError]:
-        """Render until refused (the connect may spend part of the budget): the renders done, the error."""
+        """Render until refused (the HTTP connect's own calls, /v1/models and /openapi.json, may count
+        too): the renders done, and the refusal."""
         async with client_sdk.connect(server.url, transport=transport) as client:  # type: ignore[arg-type]
             assert client.transport == transport
             for done in range(RATE + 1):
