@@ -142,11 +142,35 @@ async def _open_sessions(ws_url: str, c: int) -> list[Any]:
     return sockets
 
 
-async def _connect(mode: str, url: str, c: int) -> list[Any]:
+async def _connect(mode: str, url: str, c: int) -> Any:
     """The mode's connections (sessions: upgraded and created), opened before the clock starts."""
     if mode == "ws":
         return await _open_sessions("ws" + url[len("http"):], c)
+    if mode == "sdk":
+        import client_sdk
+
+        return await client_sdk.connect(url, transport="websocket", timeout=120)
     return [await SseStream.connect(url) for _ in range(c)]
+
+
+async def _sdk(client: Any, c: int, tokens: int, ramp_s: float) -> list[Stream]:
+    """``c`` chats streamed by ``client_sdk`` on one session (what an SDK user with many
+    concurrent requests does): the SDK's own cost per token is the client figure."""
+    streams = [Stream() for _ in range(c)]
+
+    async def one(i: int, s: Stream) -> None:
+        await _arrive(i, c, ramp_s)
+        s.sent_ns = time.monotonic_ns()
+        stream = await client.chat.completions.create(**_chat_body(i, tokens), stream=True)
+        async for chunk in stream:
+            content = chunk.choices[0].delta.content if chunk.choices else None
+            if content:
+                s.recv_ns += [time.monotonic_ns()] * len(content.split())
+                s.key = chunk.id
+
+    await asyncio.gather(*(one(i, s) for i, s in enumerate(streams)))
+    await client.aclose()
+    return streams
 
 
 async def _ws(sockets: list[Any], c: int, tokens: int, ramp_s: float) -> list[Stream]:
@@ -232,6 +256,8 @@ async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int
             streams = await _direct(conns, c, tokens, ramp_s, tag)
         elif mode == "sse":
             streams = await _sse(conns, c, tokens, ramp_s)
+        elif mode == "sdk":
+            streams = await _sdk(conns, c, tokens, ramp_s)
         else:
             streams = await _ws(conns, c, tokens, ramp_s)
         wall, client_cpu = time.perf_counter() - t0, time.process_time() - client0
@@ -251,7 +277,7 @@ def added(level: dict[str, Any]) -> dict[str, Any]:
 
 
 async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, levels: list[int], tokens: int,
-                  ramp_s: float, rounds: int) -> tuple[float, list[dict[str, Any]]]:
+                  ramp_s: float, rounds: int, sdk: bool = False) -> tuple[float, list[dict[str, Any]]]:
     await _sse(await _connect("sse", server_url, 2), 2, 4, 0)  # warm-up: first render, first engine connection
     await _ws(await _connect("ws", server_url, 2), 2, 4, 0)
     idle = await idle_cpu_rate(server_pid)
@@ -259,7 +285,8 @@ async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, 
     for c in levels:
         per_round = []
         for r in range(rounds):
-            order = ("direct", "sse", "ws") if r % 2 == 0 else ("direct", "ws", "sse")
+            order: tuple[str, ...] = ("direct", "sse", "ws") if r % 2 == 0 else ("direct", "ws", "sse")
+            order += ("sdk",) if sdk else ()
             print(f"  streams c={c} round {r + 1}/{rounds}", file=sys.stderr, flush=True)
             per_round.append(await run_level(engine, server_url, server_pid, c, tokens, ramp_s, order,
                                              f"d{c}r{r}", idle))
@@ -278,20 +305,21 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run(model: Path, levels: list[int], tokens: int, step_ms: float, ramp_s: float, rounds: int,
-        link: str = "ws") -> dict[str, Any]:
+        link: str = "ws", sdk: bool = False) -> dict[str, Any]:
     raise_fd_limit(4 * max(levels) + 1024)
     with PacedEngineProcess(model, step_ms=step_ms) as engine, \
             render_server(model, engine_url(engine.url, link)) as srv:
         assert srv.proc is not None
         with event_loop_policy() as loop:
-            idle, results = asyncio.run(measure(engine, srv.url, srv.proc.pid, levels, tokens, ramp_s, rounds))
+            idle, results = asyncio.run(measure(engine, srv.url, srv.proc.pid, levels, tokens, ramp_s, rounds, sdk))
     return {"benchmark": "streaming_sessions", "model": model.name, "tokens_per_stream": tokens, "engine_link": link,
             "engine_step_ms": step_ms, "ramp_s": ramp_s, "rounds": rounds, "client_loop": loop,
             "server_idle_cpu_ms_per_s": round(idle * 1e3, 3),
             "server": f"tokenwire launch render --engine-url {engine_url('http://…', link)} (paced engine, no model)",
             "modes": {"direct": "SSE straight from the paced engine (baseline)",
                       "sse": "POST /v1/chat/completions stream through the server",
-                      "ws": "chat frames on /v1/session through the server, one session per stream"},
+                      "ws": "chat frames on /v1/session through the server, one session per stream",
+                      **({"sdk": "client_sdk, every stream on one session"} if sdk else {})},
             "results": results}
 
 
@@ -309,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--step-ms", type=float, default=100.0, help="paced engine step (one token per stream per step)")
     p.add_argument("--ramp-s", type=float, default=1.0, help="spread the requests' sending over this many seconds")
     p.add_argument("--rounds", type=int, default=1)
+    p.add_argument("--sdk", action="store_true",
+                   help="also stream through client_sdk, every stream on one session (the SDK's CPU per token)")
     p.add_argument("--engine-link", choices=("ws", "http"), default="ws",
                    help="how the front end reaches the engine: the multiplexed session link (ws, default) or "
                         "one SSE stream per request (http, vLLM's wire)")
@@ -320,7 +350,7 @@ def main(argv: list[str] | None = None) -> int:
         from server.assets import ensure
 
         model = ensure("smollm2-135m-instruct")
-    result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link)
+    result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link, a.sdk)
     text = json.dumps(result, indent=2)
     print(text)
     if a.out:
