@@ -16,11 +16,32 @@
 // `max_in_flight` requests are on the wire at once: later ones wait here, in order, and are sent
 // as earlier ones end (never refused with `too_many_requests`); cancelling one that waits ends it
 // at once.
+//
+// Reconnect and resume (docs/protocol.md §8, opt-in per stream as in client_sdk):
+//
+//   const stream = session.chat(body, { resumable: true });  // or session.update {resumable: true}
+//
+// Each delta of a resumable stream carries a signed checkpoint; chunks not yet covered by one are
+// held back here, so the text reaches you exactly once. When the socket drops (or the server ends
+// the session with `session_closed`, or drains with `shutting_down`), the session opens a new
+// socket to the same URL (a load balancer picks a replica that shares `--state-secret`), re-applies
+// the `session.update` settings, and sends each unfinished resumable stream again with `resume`
+// ({request_id: stream_id, checkpoint, output_token_ids}); `engine_unavailable` resumes on the same
+// session. The stream's async iterator just goes on; `stream.id` is the id on the wire now and
+// `stream.resumes` counts the resumes. A stream resumes at most `maxResumes` (default 3) times in a
+// row without a new checkpoint, and a session tries `reconnectAttempts` (default 5) sockets with
+// backoff before it gives up; then the error is thrown as before. Requests that are not resumable
+// still fail with ConnectionLost when the socket drops; requests that were waiting for a slot are
+// sent on the new session. Without a resumable stream in flight a dropped session closes as before.
 
 export const PROTOCOL = "tokenwire.v1";
 export const AUTH_PREFIX = "tokenwire.auth.";
 const FINAL = new Set(["render.done", "derender.delta", "generate.done", "chat.done", "completion.done",
   "messages.done", "error"]);
+const PIPELINE_DELTAS = new Set(["chat.delta", "completion.delta", "messages.delta"]);
+// error codes after which a resumable stream resumes (docs/protocol.md §3, §8)
+const RESUME_ON = new Set(["engine_unavailable", "shutting_down", "session_closed"]);
+const DRAIN_CLOSE_MS = 5000; // after shutting_down: wait this long for the close, else use the session again
 
 /** An error the server reported (`error` frame) or a broken connection. */
 export class TokenwireError extends Error {
@@ -67,26 +88,30 @@ export function sessionUrl(base) {
 /**
  * Open a session. Options: `url` (server base URL; default the page's host), `apiKey`,
  * `keepaliveMs` (ping interval; default a third of the server's idle timeout, at most 30 s; 0 off),
- * `WebSocket` (an implementation to use instead of the global one).
+ * `WebSocket` (an implementation to use instead of the global one), `reconnectAttempts` (sockets
+ * tried when resumable streams must resume; default 5, 0: never reconnect), `maxResumes` (resumes
+ * of one stream in a row without a new checkpoint; default 3).
  * Resolves once `session.created` arrived; rejects with a ConnectionLost when the server refuses
  * the upgrade (the browser does not say why: a 401 / 403 / 400 all look the same).
  */
-export function connect({ url, apiKey, keepaliveMs, WebSocket: Impl = globalThis.WebSocket } = {}) {
+export function connect({ url, apiKey, keepaliveMs, WebSocket: Impl = globalThis.WebSocket, reconnectAttempts = 5,
+  maxResumes = 3 } = {}) {
   const protocols = [PROTOCOL];
   if (apiKey) protocols.push(authSubprotocol(apiKey));
-  const ws = new Impl(sessionUrl(url), protocols);
+  const target = sessionUrl(url);
+  const open = () => new Impl(target, protocols);
+  const ws = open();
   return new Promise((resolve, reject) => {
-    const session = new Session(ws, { keepaliveMs });
+    const session = new Session(ws, { keepaliveMs, open, reconnectAttempts, maxResumes });
     session._opened = { resolve, reject };
   });
 }
 
 export class Session {
-  constructor(ws, { keepaliveMs } = {}) {
-    this.ws = ws;
-    this.info = null; // the session.created frame
-    this.lastSeq = 0;
+  constructor(ws, { keepaliveMs, open = null, reconnectAttempts = 5, maxResumes = 3 } = {}) {
+    this.info = null; // the session.created frame (of the current socket)
     this.closed = false;
+    this.reconnects = 0; // sockets reopened to resume streams
     this.closeCode = null;
     this.closeReason = "";
     this.onclose = null; // callback(session) when the socket closes
@@ -98,8 +123,23 @@ export class Session {
     this._keepaliveMs = keepaliveMs;
     this._timer = null;
     this._opened = null;
-    ws.onmessage = (event) => this._onMessage(event);
-    ws.onclose = (event) => this._onClose(event);
+    this._open = open; // () => a new WebSocket to the same URL (null: no reconnect)
+    this._reconnectAttempts = open ? reconnectAttempts : 0;
+    this.maxResumes = maxResumes;
+    this._settingsPatch = null; // what session.update set, re-applied on a new socket
+    this._created = null; // {resolve, reject} while a new socket waits for session.created
+    this._reconnecting = false;
+    this._draining = false; // shutting_down: send nothing more on this socket
+    this._userClosed = false;
+    this._lostWs = null;
+    this._attach(ws);
+  }
+
+  _attach(ws) {
+    this.ws = ws;
+    this.lastSeq = 0;
+    ws.onmessage = (event) => { if (this.ws === ws) this._onMessage(event); };
+    ws.onclose = (event) => this._onClose(event, ws);
     ws.onerror = () => {}; // a close event always follows
   }
 
@@ -161,9 +201,10 @@ export class Session {
     if (!request || request.cancelling) return;
     request.cancelling = true;
     const waiting = this._queue.findIndex(([, stream]) => stream === request);
-    if (waiting < 0) { this._send({ type: "cancel", id }); return; }
-    // never sent: end it here, as the server would have
-    this._queue.splice(waiting, 1);
+    if (waiting < 0 && !request._pendingResume) { this._send({ type: "cancel", id }); return; }
+    // never sent, or waiting to resume: end it here, as the server would have
+    if (waiting >= 0) this._queue.splice(waiting, 1);
+    request._pendingResume = false;
     this._requests.delete(id);
     request._push(request.type === "render" || request.type === "derender"
       ? { type: "error", id, error: { code: "cancelled", message: `The ${request.type} request was cancelled.`, status: 499 } }
@@ -174,6 +215,7 @@ export class Session {
   async updateSession(patch) {
     const frame = await this._roundtrip({ type: "session.update", session: patch });
     this.info.session = frame.session;
+    this._settingsPatch = mergePatch(this._settingsPatch ?? {}, patch);
     return frame.session;
   }
 
@@ -181,6 +223,7 @@ export class Session {
   async ping() { await this._roundtrip({ type: "ping" }); }
 
   close(code = 1000, reason = "") {
+    this._userClosed = true;
     if (!this.closed) this.ws.close(code, reason);
   }
 
@@ -188,7 +231,10 @@ export class Session {
   _pipeline(type, body, { resumable } = {}) {
     const frame = { type, body };
     if (resumable !== undefined) frame.resumable = resumable;
-    return this._start(frame);
+    const stream = this._start(frame);
+    stream.resumable = resumable ?? Boolean(this.info && this.info.session && this.info.session.resumable);
+    stream._frame = frame;
+    return stream;
   }
 
   _start(frame) {
@@ -203,6 +249,7 @@ export class Session {
 
   /** Send waiting requests while the server's max_in_flight allows (docs/protocol.md §10). */
   _pump() {
+    if (this._reconnecting || this._draining) return; // sent on the next socket
     const limit = this.limits.max_in_flight ?? Infinity;
     while (this._queue.length > 0 && this._inFlight < limit) {
       const [frame] = this._queue.shift();
@@ -219,6 +266,7 @@ export class Session {
     const eventId = `ev-${++this._counter}`;
     return new Promise((resolve, reject) => {
       if (this.closed) { reject(new ConnectionLost("the session is closed")); return; }
+      if (this.ws.readyState !== 1) { reject(new ConnectionLost("the session is reconnecting")); return; }
       this._waiters.set(eventId, { resolve, reject });
       this._send({ ...frame, event_id: eventId });
     });
@@ -234,12 +282,33 @@ export class Session {
       this.info = frame;
       this._startKeepalive();
       if (this._opened) { this._opened.resolve(this); this._opened = null; }
+      if (this._created) { this._created.resolve(); this._created = null; }
       return;
     }
     if (frame.id != null) {
       const request = this._requests.get(frame.id);
       if (!request) return; // e.g. unknown_id for a cancel that crossed the final frame
       if (frame.type === "error" && frame.error.code === "unknown_id") return;
+      if (frame.type === "error" && RESUME_ON.has(frame.error.code) && request.resumable && request._finished
+          && !request.cancelling) { // only usage / the done frame were missing
+        frame = { type: `${request.type}.done`, id: frame.id, status: "completed" };
+      } else if (frame.type === "error" && RESUME_ON.has(frame.error.code) && request._canResume()) {
+        this._inFlight -= 1; // the server ended it; it continues from its checkpoint
+        request._interrupted();
+        if (frame.error.code === "engine_unavailable") { this._resend(request); return; }
+        request._pendingResume = true; // on the next socket (session_closed: the close follows)
+        if (frame.error.code === "shutting_down" && !this._draining) {
+          this._draining = true;
+          const ws = this.ws;
+          setTimeout(() => { // a front end that does not drain reports its engine's drain so
+            if (this.ws !== ws || this._lostWs === ws || !this._draining) return;
+            this._draining = false;
+            this._resumePending();
+            this._pump();
+          }, DRAIN_CLOSE_MS);
+        }
+        return;
+      }
       request._push(frame);
       if (FINAL.has(frame.type)) {
         this._requests.delete(frame.id);
@@ -262,16 +331,104 @@ export class Session {
     this._onClose({ code: 1002, reason: why });
   }
 
-  _onClose(event) {
-    if (this.closed) return;
-    this.closed = true;
-    this.closeCode = event.code;
-    this.closeReason = event.reason || "";
+  _onClose(event, ws = this.ws) {
+    if (this.closed || ws !== this.ws || this._lostWs === ws) return;
+    this._lostWs = ws;
     clearInterval(this._timer);
+    this._draining = false;
     const error = new ConnectionLost(
       this.info ? `the session closed (${event.code}${event.reason ? ": " + event.reason : ""})`
         : "the server refused the session (check the URL, the API key and the Origin)",
       { closeCode: event.code, closeReason: event.reason || "" });
+    for (const waiter of this._waiters.values()) waiter.reject(error);
+    this._waiters.clear();
+    if (this._created) { this._created.reject(error); this._created = null; return; } // a reconnect attempt failed
+    if (this._opened || this._userClosed || this._reconnectAttempts <= 0) { this._closeFor(event, error); return; }
+    // Which requests live on: resumable streams (from their checkpoint) and those never sent.
+    const waiting = new Set(this._queue.map(([, stream]) => stream));
+    let resuming = 0;
+    for (const [id, request] of [...this._requests]) {
+      if (waiting.has(request)) continue;
+      if (request._pendingResume) { resuming += 1; continue; }
+      if (request._finished && !request.cancelling) { // only usage / the done frame were missing
+        this._requests.delete(id);
+        request._push({ type: `${request.type}.done`, id, status: "completed" });
+      } else if (request.cancelling) {
+        this._requests.delete(id);
+        request._push({ type: `${request.type}.done`, id, status: "cancelled" });
+      } else if (request._canResume()) {
+        request._interrupted();
+        request._pendingResume = true;
+        resuming += 1;
+      } else {
+        this._requests.delete(id);
+        request._fail(error);
+      }
+    }
+    this._inFlight = 0;
+    if (resuming === 0) { this._closeFor(event, error); return; }
+    this._reconnect(event, error);
+  }
+
+  /** Open sockets (with backoff) until one gives session.created; then resume and send. */
+  async _reconnect(event, error) {
+    this._reconnecting = true;
+    let delay = 250;
+    for (let attempt = 0; attempt < this._reconnectAttempts && !this._userClosed; attempt++) {
+      if (attempt) {
+        await new Promise((resolve) => { setTimeout(resolve, delay * (0.5 + Math.random() / 2)); });
+        delay = Math.min(delay * 2, 4000);
+        if (this._userClosed) break;
+      }
+      try {
+        await new Promise((resolve, reject) => {
+          this._created = { resolve, reject };
+          this._attach(this._open());
+        });
+        if (this._settingsPatch) {
+          const frame = await this._roundtrip({ type: "session.update", session: this._settingsPatch });
+          this.info.session = frame.session;
+        }
+      } catch (err) {
+        if (err instanceof ConnectionLost) continue;
+        error = err; // the settings were refused on the new session
+        break;
+      }
+      this._reconnecting = false;
+      this.reconnects += 1;
+      this._resumePending();
+      this._pump();
+      return;
+    }
+    this._reconnecting = false;
+    if (this.ws.readyState <= 1) this.ws.close(1000, "");
+    this._lostWs = this.ws;
+    this._closeFor(event, error);
+  }
+
+  _resumePending() {
+    for (const request of [...this._requests.values()]) if (request._pendingResume) this._resend(request);
+  }
+
+  /** Send a resumable stream again, under a new id, from its last checkpoint (docs/protocol.md §8). */
+  _resend(request) {
+    request._pendingResume = false;
+    const id = `${request.type}-${++this._counter}`;
+    this._requests.delete(request.id);
+    request.id = id;
+    this._requests.set(id, request);
+    const frame = { ...request._frame, id, resumable: true };
+    const resume = request._resumeField();
+    if (resume) frame.resume = resume;
+    this._inFlight += 1;
+    this._send(frame);
+  }
+
+  _closeFor(event, error) {
+    this.closed = true;
+    this.closeCode = event.code;
+    this.closeReason = event.reason || "";
+    clearInterval(this._timer);
     if (this._opened) { this._opened.reject(error); this._opened = null; }
     for (const request of this._requests.values()) request._fail(error);
     this._requests.clear();
@@ -282,6 +439,7 @@ export class Session {
   }
 
   _startKeepalive() {
+    clearInterval(this._timer);
     const idle = (this.info.limits.idle_timeout_s ?? 90) * 1000;
     const every = this._keepaliveMs ?? Math.min(idle / 3, 30000);
     if (every > 0) this._timer = setInterval(() => { this.ping().catch(() => {}); }, every);
@@ -297,6 +455,18 @@ export class RequestStream {
     this.status = null; // "completed" / "cancelled" once ended
     this.usage = null; // generate: usage from generate.done
     this.cancelling = false;
+    // resumable pipeline streams (docs/protocol.md §8)
+    this.resumable = false;
+    this.resumes = 0; // how many times this stream resumed
+    this._frame = null; // the request frame as first sent
+    this._streamId = null;
+    this._checkpoint = null;
+    this._coveredIds = []; // every output token id up to the latest checkpoint
+    this._pendingIds = []; // ids of held frames (no checkpoint yet)
+    this._held = null; // a delta frame whose payloads no checkpoint covers yet
+    this._finished = false; // a finish reason was delivered: only usage / done can be missing
+    this._noProgress = 0; // resumes since the last new checkpoint
+    this._pendingResume = false;
     this._frames = [];
     this._error = null;
     this._ended = false;
@@ -330,8 +500,46 @@ export class RequestStream {
   }
 
   _push(frame) {
+    if (this.resumable && PIPELINE_DELTAS.has(frame.type)) {
+      const field = frame.type === "messages.delta" ? "events" : "chunks";
+      if (this._held) frame = { ...frame, [field]: [...this._held[field], ...frame[field]] };
+      this._held = null;
+      if (frame.stream_id) this._streamId = frame.stream_id;
+      const ids = frame.output_token_ids || [];
+      if (!frame.checkpoint) { // not covered yet: a resume would send these chunks again
+        this._pendingIds.push(...ids);
+        this._held = frame;
+        return;
+      }
+      this._coveredIds.push(...this._pendingIds, ...ids);
+      this._pendingIds = [];
+      this._checkpoint = frame.checkpoint;
+      this._noProgress = 0;
+      if (frame[field].some(finishes)) this._finished = true;
+    } else if (FINAL.has(frame.type) && this._held) {
+      this._frames.push(this._held);
+      this._held = null;
+    }
     this._frames.push(frame);
     this._notify();
+  }
+
+  /** Whether a break now resumes: at most `maxResumes` in a row without a new checkpoint. */
+  _canResume() {
+    return this.resumable && !this.cancelling && !this._finished && this._noProgress < this.session.maxResumes;
+  }
+
+  /** The connection (or the path to an engine) broke: what no checkpoint covers comes again. */
+  _interrupted() {
+    this._held = null;
+    this._pendingIds = [];
+    this.resumes += 1;
+    this._noProgress += 1;
+  }
+
+  _resumeField() {
+    if (this._checkpoint === null || this._streamId === null) return null; // nothing delivered: start over
+    return { request_id: this._streamId, checkpoint: this._checkpoint, output_token_ids: [...this._coveredIds] };
   }
 
   _fail(error) {
@@ -354,6 +562,20 @@ export class RequestStream {
     if (FINAL.has(frame.type)) { this._ended = true; this.status = frame.status ?? "completed"; }
     return frame;
   }
+}
+
+function finishes(payload) {
+  if (payload.type === "message_stop") return true;
+  return (payload.choices || []).some((choice) => choice.finish_reason != null);
+}
+
+function mergePatch(acc, patch) {
+  const out = { ...acc };
+  for (const [key, value] of Object.entries(patch)) {
+    out[key] = (key === "sampling" || key === "chat_template_kwargs") && value && typeof value === "object"
+      ? { ...(out[key] || {}), ...value } : value;
+  }
+  return out;
 }
 
 function toError(error) {

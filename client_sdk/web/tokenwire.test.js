@@ -57,6 +57,36 @@ class ScriptedSocket {
   close(code) { this.readyState = 3; setTimeout(() => this.onclose({ code, reason: "" }), 0); }
 }
 
+/** Scripted sockets for resume: each socket plays `script(frame, socket, n)` for a chat frame
+ * (`n`: the socket's number, from 1); `sockets` records every socket opened. */
+function resumeSockets(script) {
+  const sockets = [];
+  return { sockets, Impl: class {
+    constructor(url, protocols) {
+      sockets.push(this);
+      this.n = sockets.length;
+      this.readyState = 1;
+      this.protocol = protocols[0];
+      this.sent = [];
+      this.seq = 0;
+      this.emit({ type: "session.created", event_id: null, session_id: `sess_${this.n}`, protocol_version: 1,
+        frames: ["chat"], limits: { idle_timeout_s: 300 }, session: { model: "m" } });
+    }
+    emit(frame) { setTimeout(() => { if (this.readyState === 1) this.onmessage({ data: JSON.stringify({ ...frame, seq: ++this.seq }) }); }, 0); }
+    drop() { setTimeout(() => { this.readyState = 3; this.onclose({ code: 1006, reason: "" }); }, 0); }
+    send(text) {
+      const frame = JSON.parse(text);
+      this.sent.push(frame);
+      if (frame.type === "chat") script(frame, this, this.n);
+    }
+    close(code) { if (this.readyState !== 3) { this.readyState = 3; setTimeout(() => this.onclose({ code, reason: "" }), 0); } }
+  } };
+}
+
+function chunk(text, finish = null) {
+  return { id: "chatcmpl-1", object: "chat.completion.chunk", choices: [{ index: 0, delta: { content: text }, finish_reason: finish }] };
+}
+
 export const tests = {
   async "authSubprotocol is base64url of the UTF-8 key, without padding"() {
     assert(authSubprotocol("k") === "tokenwire.auth.aw", authSubprotocol("k"));
@@ -201,6 +231,52 @@ export const tests = {
       const chunks = await collect(s.chat({ messages: USER, stream_options: { include_usage: true } }));
       assert(chunks[chunks.length - 1].usage.completion_tokens <= 2, "max_tokens from the session");
     } finally { s.close(); }
+  },
+
+  async "a resumable stream resumes from its last checkpoint on a new socket; held chunks come once"() {
+    const { sockets, Impl } = resumeSockets((frame, ws, n) => {
+      const delta = (text, checkpoint, ids, finish) => ({ type: "chat.delta", id: frame.id, stream_id: "s1", checkpoint,
+        output_token_ids: ids, chunks: [chunk(text, finish)] });
+      if (n === 1) { // "ab" covered by cp1, "c" not covered by any checkpoint, then the socket drops
+        ws.emit(delta("ab", "cp1", [1, 2]));
+        ws.emit(delta("c", null, [3]));
+        ws.drop();
+      } else {
+        ws.emit(delta("cd", "cp2", [3, 4], "stop"));
+        ws.emit({ type: "chat.done", id: frame.id, status: "completed" });
+      }
+    });
+    const s = await connect({ url: "http://scripted.invalid", WebSocket: Impl });
+    const stream = s.chat({ messages: USER }, { resumable: true });
+    const text = chatText(await collect(stream));
+    assert(text === "abcd", `text ${text}`);
+    assert(stream.status === "completed" && stream.resumes === 1 && s.reconnects === 1 && sockets.length === 2, "resumed once");
+    const [first, again] = [sockets[0].sent[0], sockets[1].sent[0]];
+    assert(first.resumable === true && first.resume === undefined, JSON.stringify(first));
+    assert(again.type === "chat" && again.id !== first.id && again.id === stream.id, "a new id on the wire");
+    assert(JSON.stringify(again.body) === JSON.stringify(first.body), "the same body");
+    assert(JSON.stringify(again.resume) === JSON.stringify({ request_id: "s1", checkpoint: "cp1", output_token_ids: [1, 2] }),
+      JSON.stringify(again.resume));
+    s.close();
+  },
+
+  async "a resumable stream gives up after maxResumes resumes without a new checkpoint"() {
+    const { sockets, Impl } = resumeSockets((frame, ws, n) => {
+      if (n === 1) ws.emit({ type: "chat.delta", id: frame.id, stream_id: "s1", checkpoint: "cp1", output_token_ids: [1],
+        chunks: [chunk("a")] });
+      else ws.emit({ type: "error", id: frame.id, error: { code: "engine_unavailable", message: "gone", status: 503 } });
+      ws.drop(); // every socket drops; the later ones after an engine_unavailable too
+    });
+    const s = await connect({ url: "http://scripted.invalid", WebSocket: Impl, maxResumes: 2 });
+    const stream = s.chat({ messages: USER }, { resumable: true });
+    const items = [];
+    let error = null;
+    try { for await (const item of stream) items.push(item); } catch (err) { error = err; }
+    assert(chatText(items) === "a", `text ${chatText(items)}`);
+    assert(error instanceof TokenwireError && stream.resumes === 2, `gave up after 2 resumes (${error}, ${stream.resumes})`);
+    const resumed = sockets.flatMap((ws) => ws.sent).filter((f) => f.resume);
+    assert(resumed.length === 2 && resumed.every((f) => f.resume.checkpoint === "cp1"), `${resumed.length} resumes from cp1`);
+    s.close();
   },
 
   async "a seq gap breaks the session and fails its requests"() {
