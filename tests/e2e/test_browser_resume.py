@@ -2,7 +2,8 @@
 the page loads through a TCP proxy, starts a resumable stream, and the proxy aborts the socket
 mid-stream (no closing handshake, as a network failure would). The module opens a new session and
 resumes from its last checkpoint; the text equals an uninterrupted greedy run, for chat,
-completion and messages. Streams send ``vllm_xargs: {"resume_replay": false}`` with ``--dtype
+completion and messages. A server started with ``--ws-max-lifetime 2`` ends the session itself
+(``session_closed``, then close 1001) under a 4 s stream: the stream resumes on each new session. Streams send ``vllm_xargs: {"resume_replay": false}`` with ``--dtype
 float32`` (client_support.serve_args) so that they can be long enough to be cut mid-way."""
 
 from __future__ import annotations
@@ -119,3 +120,26 @@ def test_a_stream_whose_socket_is_cut_resumes_with_the_uninterrupted_text(server
         assert finishes == ["length"]
     if kind == "chat":
         assert items[-1]["choices"] == [] and items[-1]["usage"]["completion_tokens"] == 400
+
+
+def test_a_stream_outlives_its_sessions_lifetime(asset: Callable[[str], Path]) -> None:
+    # the server ends the session itself (session_closed on the stream, then close 1001): the
+    # module resumes on a new session, as many times as the stream needs, each with progress
+    _, body = CASES["chat"]
+    with ServerProcess(serve_args(asset("tiny-qwen3"), "--ws-max-lifetime", "2")) as srv:
+        want = reference_text(srv.url, "chat")
+
+        async def main() -> tuple[dict[str, Any], list[dict[str, Any]], list[str]]:
+            async with Browser() as browser:
+                page = await browser.page()
+                await page.goto(srv.url + "/static/playground.css")
+                await page.evaluate(PAGE_RUN % {"kind": '"chat"', "body": orjson.dumps(body).decode()})
+                done: dict[str, Any] = await page.wait_for("window.done", timeout=180)
+                return done, await page.evaluate("window.got"), page.errors
+
+        done, items, errors = asyncio.run(main())
+    assert errors == []
+    assert "error" not in done, done
+    assert done["status"] == "completed" and done["resumes"] >= 1 and done["reconnects"] == done["resumes"], done
+    assert streamed_text("chat", items) == want
+    assert items[-1]["usage"]["completion_tokens"] == 400
