@@ -19,7 +19,8 @@ from starlette.responses import Response, StreamingResponse
 from server.errors import error_response
 from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
-from server.pipeline import Kind, pipeline_of
+from server.pipeline import pipeline_of
+from server.pipeline_stream import Kind
 from server.routes import Route
 from session.anthropic_out import sse_event
 from session.protocol.anthropic import MessagesRequest

@@ -24,8 +24,9 @@ from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest
 from server.context import ServerContext
 from server.http import validate
-from server.pipeline import Pipeline, PipelineStream, pipeline_of
-from server.pipeline import StreamEvent as PipelineEvent
+from server.pipeline import Pipeline, pipeline_of
+from server.pipeline_stream import PipelineStream
+from server.pipeline_stream import StreamEvent as PipelineEvent
 from server.routes.derender import INLINE_BODY_BYTES, derender_service_of
 from server.ws.work import Kind, StreamEvent
 from session.errors import InvalidRequest

@@ -3,7 +3,7 @@ same however the ids were split into steps, different for any other ids, and sma
 
 from __future__ import annotations
 
-from server.pipeline import OutputDigest
+from server.pipeline_stream import OutputDigest
 
 IDS = [9707, 11, 1070, 5, 151645, 0, 198, 151644]
 
