@@ -92,8 +92,7 @@ class SessionStream:
         assert self._opened is not None
         stream_id = self.stream_id
         return self._opened.listen(
-            lambda events: on_events([StreamEvent(e.payload, e.checkpoint, e.output_token_ids, stream_id)
-                                      for e in events]), on_end)
+            lambda events: on_events([_session_event(e, stream_id) for e in events]), on_end)
 
     def __aiter__(self) -> SessionStream:
         return self
@@ -105,13 +104,17 @@ class SessionStream:
         if self._events is None:
             self._events = self._opened.stream_events()
         event = await self._events.__anext__()
-        return StreamEvent(event.payload, event.checkpoint, event.output_token_ids, self.stream_id)
+        return _session_event(event, self.stream_id)
 
     async def aclose(self) -> None:
         if self._events is not None:
             await self._events.aclose()  # type: ignore[attr-defined]
         if self._opened is not None:
             await self._opened.aclose()
+
+
+def _session_event(event: PipelineEvent, stream_id: str | None) -> StreamEvent:
+    return StreamEvent(event.payload, event.checkpoint, event.output_token_ids, stream_id)
 
 
 def stages_of(ctx: ServerContext) -> PipelineStages:

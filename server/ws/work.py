@@ -137,32 +137,35 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
             stream_id=event.stream_id if resumable else None)
 
     try:
-        if isinstance(stream, Listenable):
-            await stream.open()
-            ended = anyio.Event()
-            outcome: list[BaseException | None] = []
-
-            def on_events(events: list[StreamEvent]) -> None:
-                for event in events:
-                    deliver(event)
-
-            def on_end(error: BaseException | None) -> None:
-                outcome.append(error)
-                ended.set()
-
-            if stream.listen(on_events, on_end):
-                await ended.wait()  # the one wake-up of this task until the stream ends
-                if outcome[0] is not None:
-                    raise outcome[0]
-            else:
-                async for event in stream:
-                    deliver(event)
-        else:
+        if not (isinstance(stream, Listenable) and await _listened(stream, deliver)):
             async for event in stream:
                 deliver(event)
     finally:
         await close_stream(stream)  # aborts what the engine has not finished (a stop string, a cancel)
     report.done(start.id)
+
+
+async def _listened(stream: Listenable, deliver: Callable[[StreamEvent], None]) -> bool:
+    """Open ``stream`` and, where it can, have it report its events from the engine's delivery;
+    return once it ended (raising its error). False: it must be iterated instead."""
+    await stream.open()
+    ended = anyio.Event()
+    outcome: list[BaseException | None] = []
+
+    def on_events(events: list[StreamEvent]) -> None:
+        for event in events:
+            deliver(event)
+
+    def on_end(error: BaseException | None) -> None:
+        outcome.append(error)
+        ended.set()
+
+    if not stream.listen(on_events, on_end):
+        return False
+    await ended.wait()  # the one wake-up of this task until the stream ends
+    if outcome[0] is not None:
+        raise outcome[0]
+    return True
 
 
 def generate_chunk(output: EngineOutput, response_id: str, want_logprobs: bool) -> dict[str, Any]:
