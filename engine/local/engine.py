@@ -20,6 +20,7 @@ import itertools
 import logging
 import secrets
 import threading
+import time
 from collections import deque
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -88,6 +89,8 @@ class LocalEngine(Engine):
         self._live = 0
         self._steps = 0
         self._generated = 0
+        self._step_seconds = 0.0  # wall time inside model steps (engine thread)
+        self._step_cpu_seconds = 0.0  # the engine thread's CPU time inside them
 
     @classmethod
     def from_settings(cls, model_dir: Path, *, model_name: str, max_model_len: int, dtype: str = "auto",
@@ -204,6 +207,11 @@ class LocalEngine(Engine):
             "kv_cache_bytes": self.runner.kv_bytes(),
             "steps": self._steps,
             "generated_tokens": self._generated,
+            # time inside model steps (prefill, decode, sampling), summed over the engine's life:
+            # wall seconds, and the engine thread's own CPU seconds (torch's worker threads, when
+            # there is more than one, are not in it)
+            "step_seconds": round(self._step_seconds, 6),
+            "step_cpu_seconds": round(self._step_cpu_seconds, 6),
             "dtype": str(self.dtype).removeprefix("torch."),
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
@@ -316,7 +324,10 @@ class LocalEngine(Engine):
             out.append((group.request_id, EngineOverloaded("The engine is overloaded; retry later.")))
 
     def _step(self, out: _Delivery) -> None:
+        wall, cpu = time.perf_counter(), time.thread_time()
         result = run_step(self.scheduler, self.runner, self._sample, max_model_len=self.max_model_len)
+        self._step_cpu_seconds += time.thread_time() - cpu
+        self._step_seconds += time.perf_counter() - wall
         if result.tokens:
             self._steps += 1
             self._generated += result.tokens

@@ -137,6 +137,15 @@ def test_one_output_per_step_with_that_steps_tokens(h: EngineHarness, prompt: li
     assert res.outputs[-1].usage is not None and res.outputs[-1].usage.total_tokens == len(prompt) + 6
 
 
+def test_stats_count_the_time_inside_model_steps(h: EngineHarness, prompt: list[int]) -> None:
+    before = h.engine.stats()
+    h.run(request(prompt, max_tokens=4))
+    after = h.engine.stats()
+    assert after["steps"] - before["steps"] == 4
+    assert after["step_seconds"] > before["step_seconds"]
+    assert after["step_cpu_seconds"] > before["step_cpu_seconds"]
+
+
 def test_leaving_the_iteration_early_aborts_and_frees_memory(h: EngineHarness, prompt: list[int]) -> None:
     async def main() -> int:
         res = await collect(h.engine, request(prompt, max_tokens=500, ignore_eos=True), stop_after=2)
