@@ -17,18 +17,15 @@ and the broken rest is dropped up to ``</tool_call>``, as vLLM's streaming drops
 
 from __future__ import annotations
 
-from typing import Any
-
 from ..markers import held_suffix_len
-from .json_calls import CallObjectParser
 from .json_stream import JSON_WS
-from .streaming import StreamingToolParser
+from .single_call import SingleCallToolParser
 
 START = "<tool_call>"
 END = "</tool_call>"
 
 
-class HermesToolParser(StreamingToolParser):
+class HermesToolParser(SingleCallToolParser):
     """Modes: ``text`` (before the first call), ``call`` (reading a block's JSON), ``tail`` (JSON
     done, expecting ``</tool_call>``), ``skip`` (dropping the rest of a broken block), ``between``
     (after a call: dropping text until the next block), ``raw`` (fallen back: all is content)."""
@@ -36,36 +33,6 @@ class HermesToolParser(StreamingToolParser):
     name = "hermes"
     needs_special_tokens = False
     content_guards = {"text": "<", "raw": ""}  # START starts with "<"
-
-    def __init__(self, ctx: Any) -> None:
-        super().__init__(ctx)
-        self._raw = ""  # the current block's text while its call is not committed
-        self._obj: CallObjectParser | None = None
-
-    def _save(self) -> dict[str, Any]:
-        return {"r": self._raw, "o": None if self._obj is None else self._obj.to_state()}
-
-    def _load(self, state: dict[str, Any]) -> None:
-        self._raw = str(state["r"])
-        self._obj = None
-        if state["o"] is not None:
-            self._obj = self._new_obj()
-            self._obj.load_state(state["o"])
-
-    @staticmethod
-    def _new_obj() -> CallObjectParser:
-        return CallObjectParser(("arguments",))
-
-    def _begin_block(self) -> None:
-        self._mode, self._raw, self._obj = "call", START, self._new_obj()
-
-    def _fall_back(self, rest: str) -> None:
-        """The block is not a call: from its start on, everything is content."""
-        self._content(self._raw + rest)
-        self._mode, self._raw, self._obj = "raw", "", None
-
-    def _plain_args_reader(self) -> CallObjectParser | None:
-        return self._obj if self._mode == "call" and not self._buf else None
 
     def _process(self, text: str, final: bool) -> None:
         if not self._buf and "<" not in text and self._mode in ("text", "between"):
@@ -94,20 +61,10 @@ class HermesToolParser(StreamingToolParser):
                 if mode == "skip":
                     self._mode = "between"
                 else:
-                    self._begin_block()
+                    self._begin_call(START)
                 continue
             if mode == "call":
-                obj = self._obj
-                assert obj is not None
-                j = obj.feed(buf, i)
-                if not obj.committed:
-                    self._raw += buf[i:j]
-                if final and j >= n and not (obj.done or obj.failed):
-                    obj.end()
-                obj.drain(self)
-                if obj.committed:
-                    self._raw = ""
-                i = j
+                obj, i = self._read_call(buf, i, final)
                 if obj.failed or (obj.done and not obj.committed):  # broken, or no name / arguments
                     if not obj.committed and self._calls == 0:
                         self._fall_back(buf[i:])

@@ -15,16 +15,13 @@ arrives, so here it stays content (docs/parsers.md).
 
 from __future__ import annotations
 
-from typing import Any
-
-from .json_calls import CallObjectParser
 from .json_stream import JSON_WS
-from .streaming import StreamingToolParser
+from .single_call import SingleCallToolParser
 
 PYTHON_TAG = "<|python_tag|>"
 
 
-class Llama3JsonToolParser(StreamingToolParser):
+class Llama3JsonToolParser(SingleCallToolParser):
     """Modes: ``start`` (deciding), ``text`` (plain content), ``call`` (reading an object),
     ``between`` (dropping separators until the next ``{``), ``drop`` (a broken call after others:
     the rest is dropped), ``raw`` (fallen back: all is content)."""
@@ -32,29 +29,8 @@ class Llama3JsonToolParser(StreamingToolParser):
     name = "llama3_json"
     needs_special_tokens = False
     initial_mode = "start"
+    args_keys = ("arguments", "parameters")
     content_guards = {"text": "", "raw": ""}
-
-    def __init__(self, ctx: Any) -> None:
-        super().__init__(ctx)
-        self._raw = ""  # the output since the current call began, while it is not committed
-        self._obj: CallObjectParser | None = None
-
-    def _save(self) -> dict[str, Any]:
-        return {"r": self._raw, "o": None if self._obj is None else self._obj.to_state()}
-
-    def _load(self, state: dict[str, Any]) -> None:
-        self._raw = str(state["r"])
-        self._obj = None
-        if state["o"] is not None:
-            self._obj = self._new_obj()
-            self._obj.load_state(state["o"])
-
-    @staticmethod
-    def _new_obj() -> CallObjectParser:
-        return CallObjectParser(("arguments", "parameters"))
-
-    def _plain_args_reader(self) -> CallObjectParser | None:
-        return self._obj if self._mode == "call" and not self._buf else None
 
     def _process(self, text: str, final: bool) -> None:
         buf, self._buf = self._buf + text, ""
@@ -82,32 +58,21 @@ class Llama3JsonToolParser(StreamingToolParser):
                 elif rest[0] != "{":
                     self._mode = "text"
                     continue
-                self._mode, self._raw, self._obj = "call", buf[i:j], self._new_obj()
+                self._begin_call(buf[i:j])
                 i = j
                 continue
             if mode == "between":
                 pos = buf.find("{", i)
                 if pos == -1:
                     return
-                self._mode, self._raw, self._obj = "call", "", self._new_obj()
+                self._begin_call("")
                 i = pos
                 continue
             # call
-            obj = self._obj
-            assert obj is not None
-            j = obj.feed(buf, i)
-            if not obj.committed:
-                self._raw += buf[i:j]
-            if final and j >= n and not (obj.done or obj.failed):
-                obj.end()
-            obj.drain(self)
-            if obj.committed:
-                self._raw = ""
-            i = j
+            obj, i = self._read_call(buf, i, final)
             if obj.failed or (obj.done and not obj.committed):
                 if not obj.committed and self._calls == 0:
-                    self._content(self._raw + buf[i:])
-                    self._mode, self._raw, self._obj = "raw", "", None
+                    self._fall_back(buf[i:])
                     return
                 self._mode, self._raw, self._obj = "drop", "", None
                 return
@@ -115,6 +80,5 @@ class Llama3JsonToolParser(StreamingToolParser):
                 self._mode, self._obj = "between", None
                 continue
             if final and not obj.committed and self._calls == 0:
-                self._content(self._raw)
-                self._mode, self._raw, self._obj = "raw", "", None
+                self._fall_back("")
             return
