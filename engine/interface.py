@@ -1,10 +1,11 @@
 """The narrow engine seam: token ids and sampling params in, token-id deltas out.
 
-An :class:`Engine` has a few async methods. ``generate`` is an async iterator of
-:class:`EngineOutput` — one per engine step that produced tokens for this request — whose last
-item has ``finished=True`` and the usage. Leaving the iteration early (``break``, cancellation,
-``aclose()``) aborts the request at the engine and frees its memory; ``abort`` does the same by id
-from elsewhere (e.g. ``POST /abort_requests``).
+An :class:`Engine` has a few async methods. ``generate`` returns an :class:`EngineStream`: an
+async iterator of :class:`EngineOutput` — one per engine step that produced tokens for this
+request — whose last item has ``finished=True`` and the usage. Closing the stream before that
+(``aclose()``, ``async with``) aborts the request at the engine and frees its memory, with the one
+close behaviour every engine shares (:meth:`EngineStream.aclose`, docs/engine.md "Closing a
+stream"); ``abort`` does the same by id from elsewhere (e.g. ``POST /abort_requests``).
 
 Implementations: ``engine.local.LocalEngine`` (torch + transformers, continuous batching),
 ``engine.remote.RemoteEngine`` (HTTP to any vLLM-compatible tokens-only engine), and test doubles.
@@ -13,11 +14,19 @@ Implementations: ``engine.local.LocalEngine`` (torch + transformers, continuous 
 from __future__ import annotations
 
 import abc
+import logging
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
+import anyio
+
 from engine.protocol import GenerateRequest, TokenLogprob, UsageInfo
+
+log = logging.getLogger("tokenwire.engine")
+
+ABORT_GRACE_S = 5.0  # how long closing a stream (the abort at the engine) may take
 
 
 @dataclass(slots=True)
@@ -48,6 +57,79 @@ class EngineHealth:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+class EngineStream(abc.ABC):
+    """One engine request's outputs (what :meth:`Engine.generate` returns): iterate it; close it
+    once done or left, in a ``finally`` or with ``async with``.
+
+    :meth:`aclose` is the one way an engine stream closes: an unfinished request is aborted at the
+    engine (:meth:`_close`, per engine), shielded from the closing task's cancellation (a client that
+    disconnects cancels the task that must abort its request) and bounded by :data:`ABORT_GRACE_S`;
+    a failure or an expired grace is logged, never raised (closing runs in ``finally`` blocks, where
+    it must not replace the error being handled); a second call does nothing. Iterating a closed
+    stream ends it."""
+
+    __slots__ = ("_closed",)
+
+    def __init__(self) -> None:
+        self._closed = False
+
+    def __aiter__(self) -> EngineStream:
+        return self
+
+    @abc.abstractmethod
+    async def __anext__(self) -> EngineOutput: ...
+
+    @abc.abstractmethod
+    async def _close(self) -> None:
+        """Abort the request at the engine unless it finished, and release what the stream holds."""
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with anyio.move_on_after(ABORT_GRACE_S, shield=True) as scope:
+            try:
+                await self._close()
+            except Exception as exc:  # the request is gone either way; the caller's own error wins
+                log.warning("closing an engine stream failed: %s: %s", type(exc).__name__, exc)
+        if scope.cancelled_caught:
+            log.warning("closing an engine stream took more than %g s; the engine may still run it",
+                        ABORT_GRACE_S)
+
+    async def __aenter__(self) -> EngineStream:
+        return self
+
+    async def __aexit__(self, kind: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+
+class IteratorStream(EngineStream):
+    """An :class:`EngineStream` over an async iterator of outputs (an async generator whose
+    ``finally`` aborts what has not finished, as :class:`engine.remote.RemoteEngine`'s does, or a
+    test double's)."""
+
+    __slots__ = ("_outputs",)
+
+    def __init__(self, outputs: AsyncIterator[EngineOutput]) -> None:
+        super().__init__()
+        self._outputs = outputs
+
+    async def __anext__(self) -> EngineOutput:
+        if self._closed:
+            raise StopAsyncIteration
+        return await self._outputs.__anext__()
+
+    async def _close(self) -> None:
+        aclose = getattr(self._outputs, "aclose", None)
+        if aclose is not None:
+            await aclose()
+
+
 class Engine(abc.ABC):
     """Token-in / token-out generation. Never sees text, templates or tools."""
 
@@ -55,11 +137,12 @@ class Engine(abc.ABC):
     max_model_len: int
 
     @abc.abstractmethod
-    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
-        """Start ``request`` and yield its outputs as they are produced.
+    def generate(self, request: GenerateRequest) -> EngineStream:
+        """Start ``request``; the stream yields its outputs as they are produced. The caller
+        closes it (:meth:`EngineStream.aclose`), which aborts the request if it has not finished.
 
-        Raises :class:`engine.errors.EngineError` subclasses (before the first item for
-        admission and validation errors).
+        Raises :class:`engine.errors.EngineError` subclasses (at the first item for admission and
+        validation errors).
         """
 
     @abc.abstractmethod

@@ -31,7 +31,7 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import orjson
@@ -44,7 +44,7 @@ from engine.errors import (
     EngineUnavailable,
     InvalidGenerateRequest,
 )
-from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
+from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput, EngineStream
 from engine.outbox import Outbox, OutboxStream
 from engine.protocol import GenerateRequest, TokenLogprob, UsageInfo
 
@@ -84,7 +84,7 @@ class LinkEngine(Engine):
             await link.close(EngineShutDown("The server is shutting down; retry the request (on another replica)."))
 
     # --- the Engine interface --------------------------------------------------------------
-    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: GenerateRequest) -> EngineStream:
         sent: list[tuple[_Link, _Call]] = []
 
         async def start() -> Outbox:

@@ -17,7 +17,7 @@ from collections import deque
 from collections.abc import Awaitable, Callable
 
 from engine.errors import EngineError
-from engine.interface import ChoiceDelta, EngineOutput
+from engine.interface import ChoiceDelta, EngineOutput, EngineStream
 
 DEFAULT_CAPACITY = 64
 
@@ -114,28 +114,26 @@ def merge_into(target: EngineOutput, new: EngineOutput) -> None:
         target.usage = new.usage
 
 
-class OutboxStream:
-    """An engine request's outputs, read from its :class:`Outbox`: an async iterator (``aclose``
-    aborts what has not finished), or, once started, a source that hands each output to a callback
-    from the engine's delivery on the event loop (:meth:`listen`: no task woken per output).
+class OutboxStream(EngineStream):
+    """An engine request's outputs, read from its :class:`Outbox`: an :class:`EngineStream`
+    (``aclose`` aborts what has not finished, as every engine stream closes), or, once started, a
+    source that hands each output to a callback from the engine's delivery on the event loop
+    (:meth:`listen`: no task woken per output).
 
     ``start`` admits the request and returns its outbox (it runs at the first ``__anext__``, so
     admission errors raise there); ``forget`` drops the engine's bookkeeping once the request ended
     or was left; ``abort`` stops an unfinished request at the engine."""
 
-    __slots__ = ("_abort", "_box", "_closed", "_ended", "_forget", "_start")
+    __slots__ = ("_abort", "_box", "_ended", "_forget", "_start")
 
     def __init__(self, start: Callable[[], Awaitable[Outbox]], *, forget: Callable[[], None],
                  abort: Callable[[], Awaitable[None]]) -> None:
+        super().__init__()
         self._start = start
         self._forget = forget
         self._abort = abort
         self._box: Outbox | None = None
         self._ended = False
-        self._closed = False
-
-    def __aiter__(self) -> OutboxStream:
-        return self
 
     async def __anext__(self) -> EngineOutput:
         if self._ended or self._closed:
@@ -164,10 +162,7 @@ class OutboxStream:
 
         self._box.listen(deliver)
 
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
+    async def _close(self) -> None:
         unfinished = self._box is not None and not self._box.done
         self._end()
         if unfinished:

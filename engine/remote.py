@@ -5,8 +5,9 @@ llm-d, Dynamo…). No torch.
 - ``generate`` posts the request to ``/inference/v1/generate`` with ``stream: true`` and
   ``stream_options.include_usage``, and yields one :class:`EngineOutput` per SSE event; the last
   one has ``finished=True`` and the usage. A remote that answers plain JSON instead is accepted too.
-- Leaving the iteration early closes the stream and posts ``/abort_requests`` for the id (vLLM
-  0.32 also serves ``/inference/v1/abort_requests``; we fall back to it on a 404).
+- Closing the stream before it finished (:meth:`engine.interface.EngineStream.aclose`, the one
+  close behaviour) closes the HTTP stream and posts ``/abort_requests`` for the id (vLLM 0.32 also
+  serves ``/inference/v1/abort_requests``; we fall back to it on a 404).
 - Failures are :mod:`engine.errors` values with messages for the client, never exception text nor
   the engine's address (logged instead):
   unreachable or failing remote → :class:`EngineUnavailable` (502); no answer within the connect or
@@ -22,6 +23,7 @@ import secrets
 from collections.abc import AsyncIterator, Sequence
 from typing import Any, TypeVar
 
+import anyio
 import httpx
 import orjson
 from pydantic import ValidationError
@@ -34,7 +36,7 @@ from engine.errors import (
     EngineUnavailable,
     InvalidGenerateRequest,
 )
-from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput
+from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput, EngineStream, IteratorStream
 from engine.protocol import GenerateRequest, GenerateResponse, GenerateStreamResponse, TokenLogprob, UsageInfo
 
 log = logging.getLogger("tokenwire.remote")
@@ -85,8 +87,8 @@ class RemoteEngine(Engine):
         return self._client
 
     # --- the Engine interface --------------------------------------------------------------
-    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
-        return self._generate(request)
+    def generate(self, request: GenerateRequest) -> EngineStream:
+        return IteratorStream(self._generate(request))
 
     async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
         rid = request.request_id or secrets.token_hex(8)
@@ -190,8 +192,6 @@ class RemoteEngine(Engine):
         return err
 
     async def _abort_quietly(self, request_ids: list[str]) -> None:
-        import anyio
-
         with anyio.move_on_after(self.abort_timeout, shield=True):
             paths = [self._abort_path] if self._abort_path else list(ABORT_PATHS)
             for path in paths:
@@ -294,8 +294,6 @@ class _Call:
 
     async def __aexit__(self, *exc: object) -> None:
         if self.response is not None:
-            import anyio
-
             with anyio.CancelScope(shield=True):
                 await self.response.aclose()
 
