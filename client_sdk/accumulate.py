@@ -160,7 +160,7 @@ def message_response(events: Iterable[MessageStreamEvent]) -> Message:
 
 
 def _tool_input(text: str) -> Any:
-    """The tool input as the server's non-streaming answer gives it (``session.anthropic_out``)."""
+    """The tool input as the server's non-streaming answer gives it (``session.derender.anthropic_out``)."""
     if not text:
         return {}
     try:

@@ -48,7 +48,7 @@ from client_sdk.transport import (
     spawn,
 )
 from client_sdk.types import SessionInfo
-from session.frames import (
+from session.client_frames import (
     Cancel,
     ClientFrame,
     Ping,

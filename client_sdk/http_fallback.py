@@ -18,7 +18,7 @@ An HTTP error status (before the stream) or an error event (inside it) becomes a
 through :func:`client_sdk.errors.http_error_body`. Cancelling a request closes its HTTP response,
 which the server takes as a disconnect and aborts the engine work. Session defaults
 (``session.update``) are applied here with the session's own rules
-(``session.session_settings``). Not available over HTTP: resumable streams (the HTTP endpoints
+(``session.settings``). Not available over HTTP: resumable streams (the HTTP endpoints
 send no checkpoints).
 """
 
@@ -38,7 +38,7 @@ from client_sdk.options import Options
 from client_sdk.sse import SSEDecoder
 from client_sdk.transport import Channel, Handle, call_in_loop, cancel_all, error_frame, spawn
 from client_sdk.types import SessionInfo
-from session.frames import Derender, FrameError, Generate, Render, RequestFrame, SessionPatch
+from session.client_frames import Derender, FrameError, Generate, Render, RequestFrame, SessionPatch
 from session.server_frames import (
     DELTA_FRAME_OF,
     DONE_FRAME_OF,
@@ -47,7 +47,7 @@ from session.server_frames import (
     GenerateDone,
     RenderDone,
 )
-from session.session_settings import SessionSettings, apply_defaults, apply_patch
+from session.settings import SessionSettings, apply_defaults, apply_patch
 
 PIPELINE_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "messages": "/v1/messages"}
 RENDER_PATHS = {k: v + "/render" for k, v in PIPELINE_PATHS.items()}

@@ -33,15 +33,14 @@ from client_sdk.types import (
     GenerateStreamResponse,
     Message,
 )
-from session.frames import Chat as ChatFrame
-from session.frames import Completion as CompletionFrame
-from session.frames import Derender as DerenderFrame
-from session.frames import Generate as GenerateFrame
-from session.frames import Messages as MessagesFrame
-from session.frames import Render as RenderFrame
+from session.client_frames import Chat as ChatFrame
+from session.client_frames import Completion as CompletionFrame
+from session.client_frames import Derender as DerenderFrame
+from session.client_frames import Generate as GenerateFrame
+from session.client_frames import Kind
+from session.client_frames import Messages as MessagesFrame
+from session.client_frames import Render as RenderFrame
 from session.server_frames import DerenderDelta, RenderDone
-
-Kind = Literal["chat", "completion", "messages"]
 
 
 class _NotGiven:

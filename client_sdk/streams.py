@@ -37,7 +37,7 @@ from client_sdk.types import (
     UsageInfo,
     parse_message_event,
 )
-from session.frames import PipelineFrame, RequestFrame
+from session.client_frames import PipelineFrame, RequestFrame
 from session.server_frames import (
     AnyServerFrame,
     ChatDelta,

@@ -22,7 +22,7 @@ from typing import Any, Literal, Protocol
 
 from client_sdk.errors import ConnectionLostError
 from client_sdk.types import SessionInfo
-from session.frames import RequestFrame
+from session.client_frames import RequestFrame
 from session.server_frames import AnyServerFrame, ErrorFrame
 
 FINAL_TYPES = frozenset({"render.done", "derender.delta", "generate.done", "chat.done", "completion.done",

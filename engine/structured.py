@@ -44,7 +44,7 @@ _DEFAULTS: dict[str, Any] = {
 
 STRUCTURED_FIELDS = tuple(_DEFAULTS)
 
-Kind = Literal["json", "json_object", "regex", "choice", "grammar"]
+GrammarKind = Literal["json", "json_object", "regex", "choice", "grammar"]
 
 
 def structured_outputs(**fields: Any) -> dict[str, Any]:
@@ -70,7 +70,7 @@ class StructuredSpec:
     """One validated constraint, ready to compile. ``key`` identifies the grammar (the compile
     cache key): the same constraint always gives the same key."""
 
-    kind: Kind
+    kind: GrammarKind
     value: Any  # schema dict (json), True (json_object), regex / grammar str, list of choices
     any_whitespace: bool = True
     key: str = ""

@@ -47,14 +47,13 @@ from server import metrics
 from server.context import ServerContext
 from server.http import validate
 from server.pipeline_stream import (
-    Kind,
     OutputDigest,
     PipelineStream,
     _Prepared,
 )
 from server.routes.derender import state_codec_of
 from server.routes.render import renderer_of
-from session.anthropic_out import message_from_chat
+from session.client_frames import Kind
 from session.derender import (
     ChatDerenderer,
     CompletionDerenderer,
@@ -63,6 +62,7 @@ from session.derender import (
     completion_derenderer,
     completion_response,
 )
+from session.derender.anthropic_out import message_from_chat
 from session.derender.choice import ChoiceStream
 from session.errors import InvalidRequest, StateError
 from session.protocol.anthropic import MessagesRequest

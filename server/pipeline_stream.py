@@ -17,21 +17,20 @@ import contextlib
 import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest
 from server import metrics
-from session.anthropic_out import MessageStream
+from session.client_frames import Kind
 from session.derender import ChatDerenderer, CompletionDerenderer
+from session.derender.anthropic_out import MessageStream
 from session.derender.chat import usage_dict
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 if TYPE_CHECKING:
     from server.pipeline import Pipeline
-
-Kind = Literal["chat", "completion", "messages"]
 
 
 @dataclass(slots=True)

@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from session.frames import Kind
+from session.client_frames import Kind
 from session.server_frames import ServerFrame
 
 

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from session import client_frames as f
 from session import error_codes
-from session import frames as f
 from session import server_frames as sf
 from session.actions import (
     Action,
@@ -43,7 +43,7 @@ from session.actions import (
     StartRender,
 )
 from session.errors import StateError
-from session.session_settings import SessionConfig, SessionSettings, apply_defaults, apply_patch
+from session.settings import SessionConfig, SessionSettings, apply_defaults, apply_patch
 from session.state_ledger import OutOfOrder, StateLedger, StateTagger, Undo
 
 __all__ = ["TRANSITIONS", "Action", "Cancel", "Close", "Event", "RequestState", "Send", "Session",

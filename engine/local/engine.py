@@ -216,7 +216,7 @@ class LocalEngine(Engine):
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
             "grammars_compiled": self.grammars.compiled,
-            # budget-aware closing of structured outputs (engine/local/closing.py): walks made,
+            # budget-aware closing of structured outputs (engine/local/structured_closing.py): walks made,
             # tokens it forced, seconds spent (written by the engine thread; read as they are)
             "closing_walks": self.grammars.closing_walks,
             "closing_forced": self.grammars.closing_forced,

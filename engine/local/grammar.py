@@ -22,7 +22,7 @@ How a constrained request runs::
 - **The grammar ends the output.** The matcher's stop tokens are the request's stop ids (the
   model's eos ids and ``stop_token_ids``): once the constraint is complete, only those are
   allowed, so the sequence finishes with ``stop`` through the usual stop check.
-- **Within max_tokens.** Each constrained sequence also owns a :class:`~engine.local.closing.Closing`:
+- **Within max_tokens.** Each constrained sequence also owns a :class:`~engine.local.structured_closing.Closing`:
   when its remaining budget comes down to its closing path (the fewest tokens that complete the
   document, plus the stop token), the row is forced along that path, and near that point a drawn
   token that would leave too little budget is replaced by the path's next one
@@ -57,10 +57,10 @@ from typing import Any
 import torch
 
 from engine.errors import EngineUnavailable, InvalidGenerateRequest
-from engine.local.closing import Closing, Vocab
 from engine.local.grammar_worker import MAX_WHITESPACE as MAX_WHITESPACE
 from engine.local.grammar_worker import Cancelled, CompileWorker, Refused
 from engine.local.params import ResolvedParams
+from engine.local.structured_closing import Closing, Vocab
 from engine.structured import StructuredSpec
 
 log = logging.getLogger("tokenwire.engine")

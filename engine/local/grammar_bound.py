@@ -3,7 +3,7 @@
 A constraint can be tiny and still demand an enormous document: ``((a{1000}){1000}){1000}`` is 23
 characters and compiles in a millisecond, but every match is 10⁹ bytes long, all of them forced.
 Anything that asks the matcher for "what must come next" (budget-aware closing's
-``find_jump_forward_string``, :mod:`engine.local.closing`) then builds that string on the engine
+``find_jump_forward_string``, :mod:`engine.local.structured_closing`) then builds that string on the engine
 thread. :func:`completion_bound` computes, from the grammar xgrammar prints (``str(Grammar)``:
 every constraint kind, JSON schemas included, normalized to one EBNF dialect), an upper estimate
 of the **shortest completion from any state** of the grammar. A forced run (and so any jump-forward

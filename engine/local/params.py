@@ -77,7 +77,7 @@ class ResolvedParams:
     # in the prefill; ``extra_args.resume_replay: false`` gives 0 (a faster, inexact-in-bf16 re-prefill)
     replay: int = 0
     structured: StructuredSpec | None = None  # a structured-output constraint (engine.local.grammar)
-    # budget-aware closing of a constrained output (engine.local.closing); False: vLLM's behaviour,
+    # budget-aware closing of a constrained output (engine.local.structured_closing); False: vLLM's behaviour,
     # a truncated document with "length" (``extra_args.structured_closing``)
     structured_closing: bool = True
 

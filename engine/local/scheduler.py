@@ -59,7 +59,7 @@ class Sequence:
     finish_reason: str | None = None
     stop_reason: int | str | None = None
     matcher: Any = None  # this choice's grammar matcher (structured outputs; engine.local.grammar)
-    closing: Any = None  # its budget-aware closing state (engine.local.closing.Closing)
+    closing: Any = None  # its budget-aware closing state (engine.local.structured_closing.Closing)
 
     @property
     def prompt(self) -> list[int]:

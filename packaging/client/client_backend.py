@@ -47,7 +47,7 @@ MODULES = (
     "engine.structured",
     "session",
     "session.error_codes",
-    "session.frames",
+    "session.client_frames",
     "session.protocol",
     "session.protocol.anthropic",
     "session.protocol.openai",
@@ -55,7 +55,7 @@ MODULES = (
     "session.protocol.openai_responses",
     "session.protocol.sampling",
     "session.server_frames",
-    "session.session_settings",
+    "session.settings",
 )
 # Distributions the modules above import (names as in the repository's dependencies).
 REQUIREMENTS = ("websockets", "httpx", "pydantic", "orjson")

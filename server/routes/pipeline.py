@@ -20,9 +20,9 @@ from server.errors import error_response
 from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
 from server.pipeline import pipeline_of
-from server.pipeline_stream import Kind
 from server.routes import Route
-from session.anthropic_out import sse_event
+from session.client_frames import Kind
+from session.derender.anthropic_out import sse_event
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 from session.protocol.openai_responses import ChatCompletionResponse, CompletionResponse
@@ -36,7 +36,7 @@ class AnthropicUsage(BaseModel):
 
 
 class AnthropicMessage(BaseModel):
-    """The non-streaming ``/v1/messages`` answer (``session.anthropic_out`` builds it; this model only
+    """The non-streaming ``/v1/messages`` answer (``session.derender.anthropic_out`` builds it; this model only
     declares its shape in the OpenAPI document). ``content`` holds ``text``, ``thinking`` and
     ``tool_use`` blocks."""
 

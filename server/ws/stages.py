@@ -28,7 +28,8 @@ from server.pipeline import Pipeline, pipeline_of
 from server.pipeline_stream import PipelineStream
 from server.pipeline_stream import StreamEvent as PipelineEvent
 from server.routes.derender import INLINE_BODY_BYTES, derender_service_of
-from server.ws.work import Kind, StreamEvent
+from server.ws.work import StreamEvent
+from session.client_frames import Kind
 from session.errors import InvalidRequest
 from session.protocol.openai_responses import DerenderChatStreamRequest, DerenderCompletionStreamRequest
 

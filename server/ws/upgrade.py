@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 from server.hosts import ANY as ANY_HOST
 from server.hosts import host_allowed
 from server.hosts import refusal as host_refusal
-from session.frames import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL_PREFIX, SUPPORTED_VERSIONS, subprotocol
+from session.client_frames import AUTH_SUBPROTOCOL_PREFIX, SUBPROTOCOL_PREFIX, SUPPORTED_VERSIONS, subprotocol
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,7 +21,7 @@ from __future__ import annotations
 import secrets
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import anyio
 
@@ -35,8 +35,8 @@ from engine.protocol import (
     generate_response_id,
 )
 from session.actions import Start, StartDerender, StartGenerate, StartPipeline, StartRender
+from session.client_frames import Kind
 
-Kind = Literal["chat", "completion", "messages"]
 ABORT_GRACE_S = 5.0  # how long closing a stream (the engine abort) may take once cancelled
 
 

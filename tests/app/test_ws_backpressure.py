@@ -10,7 +10,7 @@ import pytest
 
 from server.ws.connection import Connection
 from server.ws.outbox import Outbox
-from session import frames as f
+from session import client_frames as f
 from session.machine import Session, SessionConfig
 from session.server_frames import ChatDelta, ChatDone, Pong
 from tests.app.ws_fakes import FakePipeline

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from session import frames as f
+from session import client_frames as f
 from session import server_frames as sf
 from session.actions import (
     Action,

@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from session.anthropic_out import MessageStream, message_from_chat, sse_event
+from session.derender.anthropic_out import MessageStream, message_from_chat, sse_event
 
 
 def _chunk(**delta: Any) -> dict[str, Any]:

@@ -36,7 +36,7 @@ def module_file(name: str) -> Path | None:
 
 
 def first_party_module(name: str) -> str | None:
-    """The module an imported name lives in (``session.frames.Chat`` → ``session.frames``)."""
+    """The module an imported name lives in (``session.client_frames.Chat`` → ``session.client_frames``)."""
     parts = name.split(".")
     for k in range(len(parts), 0, -1):
         candidate = ".".join(parts[:k])

@@ -17,7 +17,7 @@ from client_sdk.sse import SSEDecoder
 from client_sdk.streams import ChatCompletionStream, RequestStream
 from client_sdk.transport import Channel, Handle, Interrupted
 from client_sdk.types import ChatCompletionStreamResponse, SessionInfo
-from session.frames import Chat, RequestFrame
+from session.client_frames import Chat, RequestFrame
 from session.server_frames import ChatDelta, ChatDone, ErrorFrame
 
 

@@ -25,7 +25,7 @@ from client_sdk.types import (
     parse_message_event,
 )
 
-# As POST /v1/messages writes them (session/anthropic_out.py), reasoning and a tool call included.
+# As POST /v1/messages writes them (session/derender/anthropic_out.py), reasoning and a tool call included.
 MESSAGE: dict[str, Any] = {
     "id": "msg_1", "type": "message", "role": "assistant", "model": "qwen3",
     "content": [

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from session import frames as f
+from session import client_frames as f
 from session import server_frames as sf
 from session.state_ledger import OutOfOrder, StateLedger, StateTag
 

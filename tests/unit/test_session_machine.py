@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from session import frames as f
+from session import client_frames as f
 from session import server_frames as sf
 from session.actions import Cancel, Close, Send, StartPipeline
 from session.machine import (

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from session import frames as f
+from session import client_frames as f
 from session import server_frames as sf
 from session.actions import Close, Send, Start, StartGenerate, StartPipeline, StartRender
 from session.errors import StateError

@@ -13,7 +13,7 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from session.frames import FrameError, Kind, SamplingDefaults, SessionPatch, describe
+from session.client_frames import FrameError, Kind, SamplingDefaults, SessionPatch, describe
 
 # Session sampling defaults → the request field each API names them by (None: not applied).
 _OPENAI_FIELDS = {name: name for name in SamplingDefaults.model_fields}
