@@ -32,6 +32,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
+import signal
+import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
@@ -49,8 +52,6 @@ from bench.loopback import (
     raise_fd_limit,
     render_server,
 )
-
-MODES = ("direct", "sse", "ws")
 
 
 @dataclass
@@ -244,13 +245,33 @@ async def idle_cpu_rate(pid: int, seconds: float = 3.0) -> float:
     return (cpu_seconds(pid) - c0) / (time.perf_counter() - t0)
 
 
+def _profiler(pid: int, out: Path | None, name: str) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the server while one mode runs (``--profile``); its figures come from
+    separate runs, since sampling stops the process it reads."""
+    if out is None:
+        return None
+    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    out.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+                             "--output", str(out / f"{name}.txt")],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _stop(proc: subprocess.Popen[bytes] | None) -> None:
+    if proc is not None:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+
+
 async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int, c: int, tokens: int,
-                    ramp_s: float, order: tuple[str, ...], tag: str, idle: float) -> dict[str, Any]:
+                    ramp_s: float, order: tuple[str, ...], tag: str, idle: float,
+                    profile: Path | None = None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in order:
         engine.emissions()  # forget earlier runs
         conns = await _connect(mode, engine.url if mode == "direct" else server_url, c)
         await asyncio.sleep(0.2)
+        spy = _profiler(server_pid, profile if mode != "direct" else None, f"{mode}-c{c}-{tag}")
         cpu0, t0, client0 = cpu_seconds(server_pid), time.perf_counter(), time.process_time()
         if mode == "direct":
             streams = await _direct(conns, c, tokens, ramp_s, tag)
@@ -262,6 +283,7 @@ async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int
             streams = await _ws(conns, c, tokens, ramp_s)
         wall, client_cpu = time.perf_counter() - t0, time.process_time() - client0
         cpu = cpu_seconds(server_pid) - cpu0
+        _stop(spy)
         out[mode] = summarize(streams, engine.emissions(), tokens, wall, None if mode == "direct" else cpu, idle,
                               client_cpu_s=client_cpu)
         await asyncio.sleep(0.3)
@@ -277,7 +299,8 @@ def added(level: dict[str, Any]) -> dict[str, Any]:
 
 
 async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, levels: list[int], tokens: int,
-                  ramp_s: float, rounds: int, sdk: bool = False) -> tuple[float, list[dict[str, Any]]]:
+                  ramp_s: float, rounds: int, sdk: bool = False, modes: tuple[str, ...] = ("sse", "ws"),
+                  profile: Path | None = None) -> tuple[float, list[dict[str, Any]]]:
     await _sse(await _connect("sse", server_url, 2), 2, 4, 0)  # warm-up: first render, first engine connection
     await _ws(await _connect("ws", server_url, 2), 2, 4, 0)
     idle = await idle_cpu_rate(server_pid)
@@ -285,11 +308,11 @@ async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, 
     for c in levels:
         per_round = []
         for r in range(rounds):
-            order: tuple[str, ...] = ("direct", "sse", "ws") if r % 2 == 0 else ("direct", "ws", "sse")
+            order = ("direct", *(modes if r % 2 == 0 else modes[::-1]))
             order += ("sdk",) if sdk else ()
             print(f"  streams c={c} round {r + 1}/{rounds}", file=sys.stderr, flush=True)
             per_round.append(await run_level(engine, server_url, server_pid, c, tokens, ramp_s, order,
-                                             f"d{c}r{r}", idle))
+                                             f"d{c}r{r}", idle, profile))
         level = _median_round(per_round)
         results.append({"concurrency": c, **level, "added_by_server_ms": added(level),
                         "rounds": per_round if rounds > 1 else None})
@@ -300,18 +323,21 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     """The round whose WS delivery p50 is the median (one consistent round, not a mix of figures)."""
     if len(rounds) == 1:
         return rounds[0]
-    ordered = sorted(rounds, key=lambda r: r["ws"]["delivery_ms"]["p50"])
+    key = "ws" if "ws" in rounds[0] else "sse"
+    ordered = sorted(rounds, key=lambda r: r[key]["delivery_ms"]["p50"])
     return ordered[len(ordered) // 2]
 
 
 def run(model: Path, levels: list[int], tokens: int, step_ms: float, ramp_s: float, rounds: int,
-        link: str = "ws", sdk: bool = False) -> dict[str, Any]:
+        link: str = "ws", sdk: bool = False, modes: tuple[str, ...] = ("sse", "ws"),
+        profile: Path | None = None) -> dict[str, Any]:
     raise_fd_limit(4 * max(levels) + 1024)
     with PacedEngineProcess(model, step_ms=step_ms) as engine, \
             render_server(model, engine_url(engine.url, link)) as srv:
         assert srv.proc is not None
         with event_loop_policy() as loop:
-            idle, results = asyncio.run(measure(engine, srv.url, srv.proc.pid, levels, tokens, ramp_s, rounds, sdk))
+            idle, results = asyncio.run(measure(engine, srv.url, srv.proc.pid, levels, tokens, ramp_s, rounds, sdk,
+                                                modes, profile))
     return {"benchmark": "streaming_sessions", "model": model.name, "tokens_per_stream": tokens, "engine_link": link,
             "engine_step_ms": step_ms, "ramp_s": ramp_s, "rounds": rounds, "client_loop": loop,
             "server_idle_cpu_ms_per_s": round(idle * 1e3, 3),
@@ -342,6 +368,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-link", choices=("ws", "http"), default="ws",
                    help="how the front end reaches the engine: the multiplexed session link (ws, default) or "
                         "one SSE stream per request (http, vLLM's wire)")
+    p.add_argument("--modes", nargs="+", choices=("sse", "ws"), default=["sse", "ws"],
+                   help="the through-server modes to run (the direct baseline always runs)")
+    p.add_argument("--profile", default=None, metavar="DIR",
+                   help="record the server with py-spy during each mode into DIR (raw stacks; its CPU "
+                        "figures are not comparable: sampling stops the process)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.model:
@@ -350,7 +381,8 @@ def main(argv: list[str] | None = None) -> int:
         from server.assets import ensure
 
         model = ensure("smollm2-135m-instruct")
-    result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link, a.sdk)
+    result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link, a.sdk,
+                 tuple(a.modes), Path(a.profile) if a.profile else None)
     text = json.dumps(result, indent=2)
     print(text)
     if a.out:
