@@ -22,14 +22,14 @@ import secrets
 import threading
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineUnavailable
-from engine.interface import Engine, EngineHealth, EngineOutput
+from engine.interface import Engine, EngineHealth, EngineStream
 from engine.local.device import resolve_dtype, resolve_prefix_cache_mb, resolve_threads
 from engine.local.grammar import Grammars
 from engine.local.params import ModelLimits, resolve
@@ -138,7 +138,7 @@ class LocalEngine(Engine):
             box.push(err)
 
     # --- the Engine interface --------------------------------------------------------------
-    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: GenerateRequest) -> EngineStream:
         external = request.request_id or secrets.token_hex(8)
         key = f"{external}\x00{next(self._ids)}"
 
