@@ -10,8 +10,24 @@
 - :mod:`engine.local.params` — request validation against the served model (no torch);
 - :mod:`engine.outbox` (outside this package, shared with the engine link) — bounded per-request buffers on the event loop;
 - :mod:`engine.local.device` — dtype and thread choices for this CPU.
+
+Importing the package imports no torch: :class:`LocalEngine` loads on first access (PEP 562), so the
+torch-free modules (``scheduler``, ``params``, ``prefix``, ``step``, ``structured_closing``,
+``grammar_bound``, ``grammar_worker``) import, and their unit tests run, where torch is absent.
 """
 
-from engine.local.engine import LocalEngine
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from engine.local.engine import LocalEngine
 
 __all__ = ["LocalEngine"]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "LocalEngine":  # imports torch
+        return importlib.import_module("engine.local.engine").LocalEngine
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

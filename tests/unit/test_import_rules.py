@@ -6,7 +6,9 @@
 - ``client_sdk`` imports neither torch, transformers, ``engine.local`` nor ``server``, not even
   transitively (checked in a subprocess);
 - only ``server/pipeline.py`` chains render and derender;
-- importing the server for ``launch render`` never imports torch (checked in a subprocess).
+- importing the server for ``launch render`` never imports torch (checked in a subprocess);
+- ``engine.local``'s torch-free modules, and the unit tests of them (the torch-free ring), import
+  where torch cannot be imported (checked in a subprocess).
 """
 
 from __future__ import annotations
@@ -127,3 +129,40 @@ def test_importing_client_sdk_loads_neither_torch_nor_transformers() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=60)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+# engine/local modules that need no torch (engine.local.__init__ loads LocalEngine lazily), and the
+# unit test modules that exercise them: both must import where torch cannot be imported.
+TORCH_FREE_ENGINE_MODULES = ("engine.local", "engine.local.scheduler", "engine.local.params",
+                             "engine.local.prefix", "engine.local.step", "engine.local.structured_closing",
+                             "engine.local.grammar_bound", "engine.local.grammar_worker", "engine.outbox")
+TORCH_FREE_TESTS = ("tests.unit.test_engine_scheduler", "tests.unit.test_engine_params",
+                    "tests.unit.test_engine_outbox", "tests.unit.test_engine_stream")
+
+
+def _without_torch(code: str) -> subprocess.CompletedProcess[str]:
+    """Run ``code`` in a fresh interpreter where ``import torch`` raises ImportError."""
+    prelude = "import sys\nsys.modules['torch'] = None\n"
+    return subprocess.run([sys.executable, "-c", prelude + code], capture_output=True, text=True, cwd=ROOT,
+                          timeout=120)
+
+
+def test_the_torch_free_engine_modules_and_their_unit_tests_import_without_torch() -> None:
+    names = TORCH_FREE_ENGINE_MODULES + TORCH_FREE_TESTS
+    out = _without_torch(f"import importlib\nfor name in {names!r}:\n    importlib.import_module(name)\n"
+                         "print(sys.modules['torch'] is None)\n")
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "True"
+
+
+def test_local_engine_is_loaded_on_first_access_and_other_names_are_attribute_errors() -> None:
+    code = ("import engine.local as pkg\n"
+            "before = 'torch' in sys.modules or 'engine.local.engine' in sys.modules\n"
+            "from engine.local import LocalEngine\n"
+            "from engine.local.engine import LocalEngine as Direct\n"
+            "try:\n    pkg.NoSuchName\nexcept AttributeError as exc:\n    missing = str(exc)\n"
+            "print(before, LocalEngine is Direct, missing)\n")
+    out = subprocess.run([sys.executable, "-c", "import sys\n" + code], capture_output=True, text=True,
+                         cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "False True module 'engine.local' has no attribute 'NoSuchName'"
