@@ -26,7 +26,7 @@ import functools
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, ProcessCollector, generate_latest
@@ -34,7 +34,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from engine.interface import Engine, EngineOutput
+from engine.interface import Engine, EngineOutput, EngineStream
 from engine.protocol import GenerateRequest
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
@@ -155,22 +155,21 @@ def generate(engine: Engine, request: GenerateRequest) -> Generation:
     return Generation(engine.generate(request), len(request.token_ids))
 
 
-class Generation:
+class Generation(EngineStream):
     """An engine stream with its metrics: iterate it, or, where the engine stream supports it,
-    :meth:`listen` for its outputs on the event loop (each output is measured either way)."""
+    :meth:`listen` for its outputs on the event loop (each output is measured either way). It
+    closes as every engine stream does; closing it closes (aborts) the engine's stream."""
 
-    __slots__ = ("_closed", "_first", "_last", "_outputs", "_started")
+    __slots__ = ("_counted", "_first", "_last", "_outputs", "_started")
 
-    def __init__(self, outputs: AsyncIterator[EngineOutput], prompt_tokens: int) -> None:
+    def __init__(self, outputs: EngineStream, prompt_tokens: int) -> None:
+        super().__init__()
         self._outputs = outputs
-        self._closed = False
+        self._counted = True  # in INFLIGHT_GENERATIONS
         self._first = True
         self._started = self._last = time.perf_counter()
         INFLIGHT_GENERATIONS.inc()
         PROMPT_TOKENS.inc(prompt_tokens)
-
-    def __aiter__(self) -> Generation:
-        return self
 
     async def __anext__(self) -> EngineOutput:
         try:
@@ -181,11 +180,9 @@ class Generation:
         self._measure(out)
         return out
 
-    async def aclose(self) -> None:
+    async def _close(self) -> None:
         self._end()
-        aclose = getattr(self._outputs, "aclose", None)
-        if aclose is not None:
-            await aclose()
+        await self._outputs.aclose()
 
     def listen(self, callback: Callable[[EngineOutput | Exception], None]) -> None:
         """Hand every output (or the error that ends the stream) to ``callback`` as the engine
@@ -212,8 +209,8 @@ class Generation:
         self._last = now
 
     def _end(self) -> None:
-        if not self._closed:
-            self._closed = True
+        if self._counted:
+            self._counted = False
             INFLIGHT_GENERATIONS.dec()
 
 
