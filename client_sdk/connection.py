@@ -1,22 +1,6 @@
 """The WebSocket transport: one session (docs/protocol.md) carrying many requests, kept alive and
-reopened when it drops.
-
-- **Connect** (§1): offer ``tokenwire.v1``, send the API key as ``Authorization: Bearer``, read
-  ``session.created`` first. tokenwire's own refusals (400 / 401 / 403 with its JSON error body)
-  are final; any other answer to the upgrade is :class:`~client_sdk.errors.UpgradeRefused`, which
-  lets the client fall back to HTTP.
-- **One reader task** checks that ``seq`` grows by exactly one (§6), ignores frame types it does
-  not know (§12), and routes each frame by ``id`` to its request's :class:`Channel`; ``pong``,
-  ``session.updated`` and id-less ``error`` frames answer the frame whose ``event_id`` they echo.
-- **Requests** get fresh ids; at most ``max_in_flight`` are in flight (later ones wait here rather
-  than be refused with ``too_many_requests``). ``cancel`` frames are sent from a background task,
-  so a request whose task is being cancelled still cancels at the server.
-- **Keep-alive**: ``ping`` frames (§4.9) keep an idle session open and detect a dead peer.
-- **Reconnect**: when the socket drops, every in-flight request's channel fails with
-  :class:`Interrupted` (a resumable stream then resumes, §8), as does a request the server ends
-  with ``session_closed`` because the session is closing (§3); the session is reopened with
-  exponential backoff, trying the next replica URL first; settings changed with
-  ``session.update`` are sent again on the new session before anything else.
+reopened when it drops. Connect, the reader task and its ``seq`` check, request ids and
+``max_in_flight``, keep-alive and reconnection: docs/client.md, "The WebSocket transport".
 """
 
 from __future__ import annotations

@@ -1,42 +1,7 @@
-"""The client's one exception tree, and the one place where wire errors become exceptions.
-
-::
-
-    TokenwireError                     base of everything the client raises on purpose
-    ├── ConnectError                   no session could be opened (also a builtin ConnectionError)
-    │   └── UpgradeRefused             the WebSocket upgrade was answered by something that is not
-    │                                  a tokenwire refusal (a proxy): the client may fall back to HTTP
-    ├── ConnectionLostError            the connection dropped while a request that cannot resume was
-    │                                  in flight (also a builtin ConnectionError); ``code`` / ``reason``
-    │                                  are the WebSocket close code and reason when there was one
-    ├── ProtocolError                  the server broke docs/protocol.md (a ``seq`` gap, a bad frame)
-    ├── RequestTimeout                 no answer in time (also a builtin TimeoutError); the request
-    │                                  was cancelled at the server
-    ├── RequestCancelled               a result was awaited but the request was cancelled
-    ├── UnsupportedError               the transport in use cannot do this (also NotImplementedError)
-    └── APIError                       the server refused or failed a request: ``code`` (docs/protocol.md
-        │                              §7), ``status`` (the HTTP status of the same problem), ``param``,
-        │                              ``reason`` (``bad_state`` only), ``message`` (from the server)
-        ├── BadRequestError            400: invalid_request, invalid_frame, unknown_type
-        │   └── BadStateError          400: bad_state — a derender state or resume checkpoint refused
-        ├── AuthenticationError        401: unauthorized — missing API key
-        ├── PermissionDeniedError      403: forbidden — wrong API key, Origin not allowed
-        ├── NotFoundError              404: not_found, unknown_id, model_not_found
-        │   └── NotEnabledError        404: not_enabled — the server does not serve this frame type
-        ├── ConflictError              409: duplicate_id
-        ├── RequestTooLargeError       413: too_large
-        ├── RateLimitError             429: too_many_requests (this session's max_in_flight),
-        │                              rate_limited (the server's per-client limits)
-        ├── InternalServerError        500: internal_error
-        ├── EngineUnavailableError     502: engine_unavailable
-        ├── OverloadedError            503: overloaded
-        └── EngineTimeoutError         504: engine_timeout
-
-Errors reach the client in three shapes: a WebSocket ``error`` frame, an HTTP error body (OpenAI's
-``{"error": {...}}`` or Anthropic's ``{"type": "error", "error": {...}}``, also inside an SSE
-stream) and a WebSocket close. :func:`from_error_body`, :func:`from_http` and :func:`from_close`
-turn each into the exception above; :func:`transport_errors` maps the socket libraries' own
-exceptions. Nothing else in the package builds an exception from wire data.
+"""The client's one exception tree (:class:`TokenwireError` and its subclasses, one per wire error
+code's HTTP status), and the one place where wire errors become exceptions: :func:`from_error_body`,
+:func:`from_http`, :func:`from_close` and :func:`transport_errors`. The tree and the mapping:
+docs/client.md, "Errors".
 """
 
 from __future__ import annotations

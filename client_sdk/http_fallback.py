@@ -1,25 +1,7 @@
-"""The HTTP fallback transport: the same requests over the HTTP shims, for when no WebSocket gets
-through (a proxy refuses the upgrade) or when asked for (``transport="http"``).
-
-Each request frame becomes the matching HTTP call, and its answer the frames a session would have
-sent for it, so the client above the transport seam cannot tell the difference:
-
-============================  ==============================================  =========================
-frame                         HTTP call                                       frames
-============================  ==============================================  =========================
-``chat`` / ``completion``     ``POST /v1/chat/completions`` / ``/v1/completions``, ``stream: true``  ``*.delta`` per SSE chunk, ``*.done``
-``messages``                  ``POST /v1/messages``, ``stream: true``         ``messages.delta`` per event, ``messages.done``
-``render``                    ``POST /v1/{chat/completions,completions,messages}/render``  ``render.done``
-``generate``                  ``POST /inference/v1/generate``, ``stream: true`` (usage included)  ``generate.delta`` per step, ``generate.done`` with usage
-``derender``                  ``POST /v1/{chat/completions,completions}/derender``, ``stream: true``  ``derender.delta``
-============================  ==============================================  =========================
-
-An HTTP error status (before the stream) or an error event (inside it) becomes an ``error`` frame
-through :func:`client_sdk.errors.http_error_body`. Cancelling a request closes its HTTP response,
-which the server takes as a disconnect and aborts the engine work. Session defaults
-(``session.update``) are applied here with the session's own rules
-(``session.settings``). Not available over HTTP: resumable streams (the HTTP endpoints
-send no checkpoints).
+"""The HTTP fallback transport: the same requests over the HTTP endpoints, for when no WebSocket gets
+through (a proxy refuses the upgrade) or when asked for (``transport="http"``). Each request frame
+becomes the matching HTTP call and its answer the frames a session would have sent; no resumable
+streams. The frame ↔ HTTP call table and the rules: docs/client.md, "The HTTP fallback transport".
 """
 
 from __future__ import annotations

@@ -1,20 +1,7 @@
 """Requests as the user holds them: one :class:`RequestStream` per request (its frames from start to
 final frame, with errors raised, timeouts, cancellation and resumption), and the typed async
-iterators built on it.
-
-Cancellation propagates: when the task reading a stream is cancelled (or times out, or the
-stream is closed or garbage-collected before its end), a ``cancel`` frame goes to the server —
-over HTTP, the response is closed — so the engine stops at once.
-
-Resumption (docs/protocol.md §8): a resumable stream whose connection drops waits for the
-transport to reconnect (to the same URL or the next replica) and sends the same request again
-with ``resume`` (the stream id, the last checkpoint, the token ids it covers). Chunks not yet
-covered by a checkpoint are held back (:mod:`client_sdk.resume`), so the user sees every piece of
-text exactly once. A resumable stream also resumes when the server ends it with an error that
-says the stream itself is sound but this path to an engine is not (``engine_unavailable``: the
-engine replica under it died; ``shutting_down``: its front end drains), through the same URL (a
-load balancer sends it to a healthy replica) or the next one; at most
-:data:`RESUMES_AFTER_ERROR` times in a row without new tokens, then the error is raised.
+iterators built on it. How cancellation propagates and when a stream resumes: docs/client.md,
+"Streams".
 """
 
 from __future__ import annotations

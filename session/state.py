@@ -1,44 +1,9 @@
 """The client-carried derender state: a signed, versioned, size-capped token.
 
-A streaming derender step returns its whole continuation state to the client, which sends it back
-with the next chunk, so any replica sharing the secret can continue the stream. The token is::
-
-    tw1.<key id>.<payload>.<mac>
-
-- ``tw1`` — the format version; anything else is refused (``unknown_version``).
-- ``<key id>`` — 8 hex digits naming the secret that signed it; an unknown id means the state
-  comes from a server with another secret (``unknown_key``). Two secrets may verify (rotation:
-  ``--state-secret NEW --state-secret OLD``): a new stream (its first state, sequence number 1) is
-  signed with the first; a stream whose state came signed with the previous one goes on being
-  signed with it (the codec remembers that
-  of the last few thousand streams it continued), so a stream in flight keeps working on the
-  replicas that have not been restarted with the new secret yet.
-- ``<payload>`` — base64url (no padding) of an orjson object: ``{"r": request id, "i": choice
-  index, "c": request-context digest, "s": sequence number, "b": body}``, where ``body`` is the
-  derenderer's own snapshot.
-- ``<mac>`` — base64url HMAC-SHA256 over ``tw1.<key id>.<payload>`` (32 bytes).
-
-**Secrets.** A secret must be at least :data:`MIN_SECRET_BYTES` (32) bytes with some variety
-(:func:`check_secret`): a state is an offline oracle, so anyone holding one can test guesses at their
-own speed for as long as the secret lives, and a short one (``"a"``) fell to the first guess. The
-MAC key and the key id are both derived from the secret with scrypt (:func:`derive_key`), once per
-process: the key id is a function of the derived key, so it reveals nothing cheaper to test than
-the MAC itself, and every guess at the secret through either costs one scrypt.
-
-Checks run cheapest and safest first: the type and the size cap (default 64 KiB) before anything
-is decoded, the version and key id, then the signature (constant-time) before the payload is
-parsed, then the binding to this request (request id, choice index, context digest). Every failure
-is a :class:`~session.errors.StateError` with a ``reason`` and a message for the client; nothing of
-an unverified state is ever used. A verified payload's integers must fit in 53 bits (``malformed``
-otherwise: no state this server writes carries a larger one), so a body signed with a leaked secret
-cannot overflow the next state's encoding; and an encoding that fails anyway is a ``malformed``
-refusal (400), never a 500.
-
-The sequence number grows by one per step. A server that remembers the last number it saw for a
-stream (a WebSocket session's :class:`~session.state_ledger.StateLedger`, fed by
-:meth:`StateCodec.tag`) refuses replayed or reordered states; a stateless HTTP route cannot, so
-over HTTP a client may replay an old state (it gets the same continuation again, never another
-request's).
+``tw1.<key id>.<payload>.<mac>``: an HMAC-SHA256-signed orjson payload bound to one request, choice
+and request context, checked cheapest and safest first (size, version, key id, constant-time MAC,
+then the binding); every failure is a :class:`~session.errors.StateError`. The format, the secret
+rules and rotation, the order of the checks and the guarantees: docs/derender.md, "The state".
 """
 
 from __future__ import annotations
