@@ -23,7 +23,7 @@ from session.derender.bounds import MAX_CHOICES
 from session.derender.chat import ChatDerenderer, ChatStep, assemble_message, chat_response
 from session.derender.choice import ChoiceStream, Piece, StreamSpec
 from session.derender.completion import CompletionDerenderer, CompletionStep, completion_response
-from session.derender.service import DerenderService
+from session.derender.service import INLINE_BODY_BYTES, DerenderService
 from session.derender.spec import ParserConfig, chat_spec, completion_spec, resolve_parsers
 from session.detokenizer import token_table
 from session.errors import DerenderError
@@ -31,6 +31,7 @@ from session.parsers.base import ReasoningParser, ToolParser
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 __all__ = [
+    "INLINE_BODY_BYTES",
     "ChatDerenderer",
     "ChatStep",
     "ChoiceStream",

@@ -8,6 +8,8 @@ Streaming (``"stream": true``) is stateless on the server: each call verifies th
 ``stream_state`` (bound to the request id, the choice index and a digest of the request context:
 the ``chat_request`` / ``completion_request`` as sent, ``prompt_token_ids``, the parsers and the
 model), restores one choice, pushes one engine chunk, and returns the chunk with the next state.
+:meth:`DerenderService.step` is that step for a request body as sent: the HTTP derender routes
+(``"stream": true``) and the WebSocket ``derender`` frames both call it.
 """
 
 from __future__ import annotations
@@ -15,10 +17,10 @@ from __future__ import annotations
 import contextlib
 import re
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from engine.protocol import GenerateResponse, GenerateStreamResponse
+from engine.protocol import GenerateChoice, GenerateResponse, GenerateStreamResponse
 from session.derender.bounds import (
     MAX_RESPONSES,
     check_choices,
@@ -31,7 +33,7 @@ from session.derender.choice import StreamSpec
 from session.derender.completion import CompletionDerenderer, completion_response
 from session.derender.spec import PARSER_REQUIRES_CHAT_REQUEST, ParserConfig, chat_spec, completion_spec
 from session.detokenizer import TokenTable, token_table
-from session.errors import DerenderError, ModelNotFound
+from session.errors import DerenderError, InvalidRequest, ModelNotFound
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 from session.protocol.openai_responses import (
     DerenderChatRequest,
@@ -41,7 +43,12 @@ from session.protocol.openai_responses import (
 )
 from session.state import StateBinding, StateCodec, context_digest
 
-__all__ = ["DerenderService"]
+__all__ = ["INLINE_BODY_BYTES", "DerenderService"]
+
+# A derender request body up to this many bytes costs less than a hop to a worker thread (a
+# streaming step of a few tokens: tens of microseconds); the server's transports (the HTTP routes,
+# the WebSocket derender frames) run larger ones on a worker thread.
+INLINE_BODY_BYTES = 16 * 1024
 
 PROMPT_IDS_REQUIRED = (
     "prompt_token_ids is required for streaming derender when a tool or reasoning parser is "
@@ -124,6 +131,23 @@ class DerenderService:
         return {"want_logprobs": req.logprobs is not None, "top_logprobs": req.logprobs,
                 "return_token_ids": bool(req.return_token_ids)}
 
+    # --- the streaming step ----------------------------------------------------------------------
+    def step(self, kind: str, body: Mapping[str, Any], *, now: int) -> dict[str, Any]:
+        """One streaming derender step: ``kind`` ``"chat"`` or ``"completion"`` and ``body`` the
+        streaming derender request as sent (``"stream": true`` implied) → ``{"chunk",
+        "stream_state"}``. A body that does not validate raises pydantic's ``ValidationError``,
+        which the server answers as a 400 naming the field."""
+        if body.get("stream") is not True:
+            body = {**body, "stream": True}
+        if kind == "chat":
+            return self.chat_stream(DerenderChatStreamRequest.model_validate(body), body.get("chat_request"),
+                                    now=now)
+        if kind == "completion":
+            return self.completion_stream(DerenderCompletionStreamRequest.model_validate(body),
+                                          body.get("completion_request"), now=now)
+        raise InvalidRequest("derender frames take kind 'chat' or 'completion' (as the HTTP derender "
+                             "endpoints); derender an Anthropic stream as 'chat'.", param="kind")
+
     # --- chat ------------------------------------------------------------------------------------
     def chat(self, req: DerenderChatRequest) -> dict[str, Any]:
         """``ChatCompletionResponse`` for one whole engine response."""
@@ -139,12 +163,9 @@ class DerenderService:
         return chat_response(d, gr)
 
     def chat_stream(self, req: DerenderChatStreamRequest, raw_chat_request: Any, *, now: int) -> dict[str, Any]:
-        """``{"chunk", "stream_state"}`` for one engine chunk of one choice."""
-        self._check_model(req.model)
-        chunk = req.generate_chunk
-        self._check_stream_chunk(chunk)
-        self._check_prompt(req.prompt_token_ids)
-        self._check_prompt_tokens(req.prompt_tokens)
+        """``{"chunk", "stream_state"}`` for one engine chunk of one choice (the request validated:
+        :meth:`step` takes the body as sent)."""
+        chunk = self._check_stream(req)
         if self.parsers.any:
             if req.chat_request is None:
                 raise DerenderError(PARSER_REQUIRES_CHAT_REQUEST, param="chat_request")
@@ -162,12 +183,7 @@ class DerenderService:
         seq, created, snap = self._open(req.stream_state, binding, now)
         d = ChatDerenderer(spec, request_id=chunk.request_id, created=created, model=self.model_name, n=0,
                            prompt_tokens=req.prompt_tokens or 0, **options)
-        if snap is not None:
-            d.restore(gc.index, snap)
-        step = d.push(gc.index, gc.token_ids or (), gc.logprobs.content if gc.logprobs else None,
-                      gc.finish_reason, gc.stop_reason, always=True)
-        state = self.codec.encode(binding, seq + 1, {"t": created, "st": d.snapshot(gc.index)})
-        return {"chunk": step.chunk, "stream_state": state}
+        return self._advance(d, gc, binding, seq, created, snap)
 
     # --- completions -----------------------------------------------------------------------------
     def completion(self, req: DerenderCompletionRequest) -> dict[str, Any]:
@@ -207,11 +223,8 @@ class DerenderService:
 
     def completion_stream(self, req: DerenderCompletionStreamRequest, raw_completion_request: Any, *,
                           now: int) -> dict[str, Any]:
-        self._check_model(req.model)
-        chunk = req.generate_chunk
-        self._check_stream_chunk(chunk)
-        self._check_prompt(req.prompt_token_ids)
-        self._check_prompt_tokens(req.prompt_tokens)
+        """As :meth:`chat_stream`, for a completion stream."""
+        chunk = self._check_stream(req)
         creq = req.completion_request
         options = self._completion_options(creq)
         if not chunk.choices:
@@ -227,19 +240,30 @@ class DerenderService:
         d = CompletionDerenderer(spec, request_id=chunk.request_id, created=created, model=self.model_name, n=0,
                                  prompt_tokens=req.prompt_tokens or 0,
                                  echo_text=self._echo_text(creq, prompt_index, prompt_ids), **options)
+        return self._advance(d, gc, binding, seq, created, snap)
+
+    # --- helpers ---------------------------------------------------------------------------------
+    def _check_stream(self, req: DerenderChatStreamRequest | DerenderCompletionStreamRequest) -> GenerateStreamResponse:
+        """The checks every streaming step makes first; returns its engine chunk."""
+        self._check_model(req.model)
+        chunk = req.generate_chunk
+        if len(chunk.choices) > 1:
+            raise DerenderError(f"generate_chunk carries {len(chunk.choices)} choices; send one choice per call "
+                                "and keep one stream_state per choice index.", param="generate_chunk")
+        self._check_response(chunk, "generate_chunk", stream=True)
+        self._check_prompt(req.prompt_token_ids)
+        self._check_prompt_tokens(req.prompt_tokens)
+        return chunk
+
+    def _advance(self, d: ChatDerenderer | CompletionDerenderer, gc: GenerateChoice, binding: StateBinding,
+                 seq: int, created: int, snap: dict[str, Any] | None) -> dict[str, Any]:
+        """Restore the choice (unless the stream starts here), push the chunk's tokens, sign the next state."""
         if snap is not None:
             d.restore(gc.index, snap)
         step = d.push(gc.index, gc.token_ids or (), gc.logprobs.content if gc.logprobs else None,
                       gc.finish_reason, gc.stop_reason, always=True)
         state = self.codec.encode(binding, seq + 1, {"t": created, "st": d.snapshot(gc.index)})
         return {"chunk": step.chunk, "stream_state": state}
-
-    # --- helpers ---------------------------------------------------------------------------------
-    def _check_stream_chunk(self, chunk: GenerateStreamResponse) -> None:
-        if len(chunk.choices) > 1:
-            raise DerenderError(f"generate_chunk carries {len(chunk.choices)} choices; send one choice per call "
-                                "and keep one stream_state per choice index.", param="generate_chunk")
-        self._check_response(chunk, "generate_chunk", stream=True)
 
     def _open(self, token: str | None, binding: StateBinding, now: int) -> tuple[int, int, dict[str, Any] | None]:
         """(sequence number, created, choice snapshot) of a verified state; a fresh stream for None."""
