@@ -1,28 +1,10 @@
 """Incremental detokenization with a small, serializable continuation state.
 
-Token ids arrive in chunks; :class:`Detokenizer` turns each chunk into the text it completes,
-emitting nothing for a token that ends inside a multi-byte character until the character is
-complete (so U+FFFD never appears where the full decode has a real character). The whole
-continuation state is a few bytes or a few ids (:meth:`Detokenizer.snapshot`), so a stream can
-continue on another process with identical output (:func:`restore_detokenizer`).
-
-Two equivalent algorithms, chosen per tokenizer (:func:`token_table`):
-
-- **byte-level** tokenizers (GPT-2 style ``ByteLevel`` decoder: Qwen, Llama 3, DeepSeek, Mistral
-  Tekken, SmolLM…): every token is a fixed byte string, so decoding is context free. Each id maps
-  to its bytes (cached), and an incremental UTF-8 decoder joins them. Most tokens are whole UTF-8
-  on their own: their text is cached too, and while no character is unfinished a step is a table
-  lookup (no decoder call). State: the 0–3 bytes of an unfinished character. O(1) per token,
-  faster than ``tokenizers.decoders.DecodeStream``.
-- **other** tokenizers (SentencePiece ``Metaspace`` / byte-fallback…), whose decoders depend on
-  context (the first token loses its leading space): the ``DecodeStream`` algorithm, written out
-  here so its state is visible: a window of recent ids, seeded with the last prompt ids so the
-  first output token keeps its leading space, and the index where the already-emitted prefix
-  ends. Each step decodes only the window. State: the window ids and that index.
-
-Both produce, for any split of the ids into chunks, the same concatenated text as one decode of
-everything (``tokenizer.decode(ids)``), except that a trailing unfinished character is only
-emitted (as U+FFFD) by :meth:`Detokenizer.flush` at the end of the stream.
+:class:`Detokenizer` turns each chunk of ids into the text it completes (nothing for a token that
+ends inside a multi-byte character), byte-level or ``DecodeStream``-style per tokenizer
+(:func:`token_table`); any split gives the text of one full decode, and :meth:`Detokenizer.snapshot`
+/ :func:`restore_detokenizer` continue it elsewhere. The two algorithms and their states:
+docs/derender.md, "Incremental detokenization".
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Chat derender: engine token ids → ``chat.completion.chunk`` deltas and ``chat.completion``.
 
-:class:`ChatDerenderer` is the incremental object every path uses:
-
-- the WebSocket / SSE pipelines keep it in memory and call :meth:`ChatDerenderer.push` per engine
-  step, sending the returned chunk (``None``: nothing new yet) and stopping the engine for a choice
-  when ``stop_engine`` is set (a stop string matched);
-- the HTTP streaming derender restores one choice from the signed state, pushes one chunk, and
-  snapshots it again (:mod:`session.derender.service`);
-- the non-streaming derender (:func:`chat_response`) pushes everything in one go and assembles the
-  message, so streaming and non-streaming agree by construction.
-
-Chunks are plain dicts in vLLM 0.32's shape (:class:`session.protocol.openai_responses.ChatCompletionStreamResponse`):
-the first chunk of a choice carries ``delta.role: "assistant"``; tool calls carry pinned ids
-``chatcmpl-tool-<16 hex>`` (a hash of the request id, the choice index and the call index: pinned
-without being stored in the state, and equal between the streamed and the one-shot derender), the first delta of a call has ``id``, ``type``, ``name`` and ``arguments`` (``""``
-unless argument text came in the same push); the finish reason is ``"tool_calls"`` when calls were
-made (except for a forced named function: ``"stop"``, as OpenAI reports it).
+:class:`ChatDerenderer` is the incremental object every path uses (in memory in the pipelines,
+restored per chunk by the HTTP streaming derender, pushed in one go by :func:`chat_response`), so
+streaming and non-streaming agree by construction. The chunk shape, tool-call ids and finish
+reasons: docs/derender.md, "In-process use (pipelines)" and "Differences from vLLM 0.32".
 """
 
 from __future__ import annotations

@@ -1,24 +1,7 @@
 """The incremental machinery of one choice: token ids → text → stop strings → reasoning parser →
-tool parser, with a small snapshot.
-
-Per push, in order:
-
-1. **count** the ids (usage counts every generated token, the eos included);
-2. **hold** the last id when it is a special / eos / stop token id and the chunk does not finish
-   the stream: if the next push finishes with ``finish_reason "stop"`` (an eos or stop token, not a
-   stop string), that token is dropped from the text, as an engine with a detokenizer drops it;
-   otherwise it is decoded first thing next time. A stream that ends with ``"stop"`` on any other
-   id (an engine that does not send its end token) keeps that id's text: only such an end id is
-   ever dropped. So chunking never changes the text;
-3. **detokenize** (:mod:`session.detokenizer`), one id at a time when stop strings are set so a
-   match is attributed to the token that completed it (later ids of the chunk are not counted);
-4. **stop strings** (:mod:`session.stop`): hold back a possible partial match, cut at a match;
-5. **reasoning parser**, then the **tool parser** on the content it lets through;
-6. at the end (a finish reason, or a stop-string match): flush every stage in the same order.
-
-The snapshot holds only what each stage must remember (an unfinished character, the held id, the
-held-back tail, each parser's own state) and counters: never the output so far, so every push costs
-O(chunk + what a parser holds), however long the output already is.
+tool parser, with a small snapshot (never the output so far, so a push costs O(chunk + what a
+parser holds)). The order of the stages, which end token is held and dropped, and the steps that
+skip the parsers: docs/derender.md, "One pipeline per choice".
 """
 
 from __future__ import annotations
