@@ -1,21 +1,8 @@
 """Anthropic Messages request → OpenAI chat request, as vLLM's Anthropic endpoint converts it.
 
-One function, :func:`to_openai_chat`, shared by render and the full pipeline:
-
-- ``system`` (a string, or the text of its text blocks joined without separator; Claude Code's
-  ``x-anthropic-billing-header`` block is dropped) becomes the first, ``system`` message;
-- user/assistant messages: a string stays the content; text blocks become text parts (a single
-  text part collapses to a string); ``image`` blocks become ``image_url`` parts (a base64 source as
-  a data URL; a url source is kept, and refused by render); ``thinking`` blocks become the assistant's ``reasoning``;
-  ``tool_use`` blocks become ``tool_calls`` (arguments as a JSON string); a user's
-  ``tool_result`` becomes a ``tool`` message (its text parts joined with newlines), an
-  assistant's a ``"Tool result: …"`` text part; a user message left without content is dropped;
-- ``max_tokens`` → ``max_tokens`` and ``max_completion_tokens``; ``stop_sequences`` → ``stop``;
-  ``temperature`` / ``top_p`` / ``top_k`` carried over; ``stream`` → ``stream`` with usage;
-- ``tool_choice``: ``auto`` → ``"auto"``, ``any`` → ``"required"``, ``none`` → ``"none"``,
-  ``tool`` → the named function; tools given without a choice mean ``"auto"``;
-- ``thinking`` (a tokenwire addition; vLLM ignores it): ``enabled`` / ``disabled`` set the
-  template's ``enable_thinking`` unless ``chat_template_kwargs`` already does.
+One function, :func:`to_openai_chat`, shared by render and the full pipeline. The conversion rules
+(system, blocks, tool use and results, images, sampling fields, tool choice, ``thinking``):
+docs/render.md, the paragraph after "Rules".
 """
 
 from __future__ import annotations

@@ -1,19 +1,6 @@
-"""OpenAI chat messages and tools → the plain data a chat template sees, by vLLM's rules.
-
-- Content: a string stays a string; ``None`` becomes ``""``; a list of text parts is joined with
-  ``"\\n"`` for templates that read content as a string, or kept as ``{"type": "text", "text"}``
-  parts (plus the part's extra keys) for templates that loop over content ("openai" format).
-  ``image_url`` parts are collected (in order) into the caller's ``images`` list, and the template
-  sees ``{"type": "image"}`` ("openai" format) or, for string templates, the model's placeholder
-  text before the message's text, one line per image, as vLLM does. Other parts (audio, video…) are
-  refused.
-- Assistant messages keep ``tool_calls`` (an empty list is dropped) with ``arguments`` parsed from
-  their JSON string into an object (invalid or non-object JSON becomes ``{}``, as vLLM does, so a
-  bad turn in the history never makes the conversation unrecoverable); ``reasoning`` is passed as
-  both ``reasoning`` and ``reasoning_content``.
-- Tool messages keep ``tool_call_id``; every message keeps a string ``name``.
-- Tools become ``{"type": "function", "function": {"name", "description", "parameters", …}}`` with
-  ``None`` kept (templates print them with ``tojson``, so ``"description": null`` matters).
+"""OpenAI chat messages and tools → the plain data a chat template sees, by vLLM's rules (content
+strings or parts, images collected, tool-call arguments parsed, tools with ``None`` kept). The
+rules: docs/render.md, "Rules", item 5, and "Images", "The prompt".
 """
 
 from __future__ import annotations

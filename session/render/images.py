@@ -1,22 +1,7 @@
-"""Images in chat requests: where they come from, decoding, and the limits that guard decoding.
-
-An image reaches render as the URL of an OpenAI ``image_url`` part (an Anthropic ``image`` block is
-converted to one by :mod:`session.render.anthropic`):
-
-- ``data:image/png;base64,…`` (also ``image/jpeg``, ``image/jpg``, ``image/webp``, or no media
-  type): decoded;
-- raw base64 (no scheme): decoded;
-- any other URL (``https://…``, ``file:…``): refused with a 400. Render never fetches from the
-  network; there is no allowlist option (see docs/render.md).
-
-Decoding is bounded before it costs anything: the base64 text is measured before it is decoded
-(:attr:`ImageLimits.max_bytes` of file data), and the pixel size is read from the file header
-(PIL opens lazily) and checked against :attr:`ImageLimits.max_pixels` / :attr:`ImageLimits.max_side`
-before any pixel is decoded, so a small file that would expand to gigabytes (a decompression bomb)
-is refused cheaply. Only PNG, JPEG and WebP are opened. A corrupt or truncated file is a 400.
-Every error names the content part (``messages[0].content[1].image_url``) and says what to fix.
-
-Nothing here is cached: every request's images are decoded and processed afresh.
+"""Images in chat requests: where they come from (data URLs and raw base64; any other URL is a 400,
+render never fetches), decoding, and the limits that guard it (sizes checked from the base64 text
+and the file header before any pixel is decoded). Nothing is cached. The rules and the limits:
+docs/render.md, "Images".
 """
 
 from __future__ import annotations

@@ -1,20 +1,6 @@
-"""Tokenize a rendered chat piece by piece, caching the pieces: same ids, less work.
-
-A fast tokenizer first cuts its input at every added token (``<|im_start|>``, ``<|im_end|>``…,
-matched leftmost-longest), then normalizes, pre-tokenizes and encodes each piece on its own. So
-``encode(text)`` is the concatenation of the added tokens' ids and ``encode(piece)`` for the
-pieces between them. Chat prompts repeat most pieces from request to request (the system prompt,
-the tool schemas, the conversation so far), so the pieces' ids are cached (LRU, bounded) and only
-new pieces reach the tokenizer.
-
-Pieces are keyed by the request's ``cache_salt`` as well: like vLLM's prefix cache, requests
-share cached pieces only with requests of the same salt, so a tenant that salts its requests
-cannot learn from render timing whether another tenant's text was rendered recently.
-
-This holds only where the tokenizer really works piece by piece, which :func:`plan_for` checks:
-no ``single_word`` / ``lstrip`` / ``rstrip`` added tokens, no Metaspace pre-tokenizer (its
-"prepend on the first piece only" depends on a piece's position), special tokens not split. The
-parity suite checks the result against ``apply_chat_template(..., tokenize=True)``.
+"""Tokenize a rendered chat piece by piece, caching the pieces (keyed by ``cache_salt`` too): same ids,
+less work. Only where the tokenizer really works piece by piece (:func:`plan_for`). Why this gives
+the same ids and when it applies: docs/render.md, "Caching and speed".
 """
 
 from __future__ import annotations

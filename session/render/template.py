@@ -1,20 +1,7 @@
-"""A chat template bound to one tokenizer: compiled once, rendered many times.
-
-Rendering is exactly what ``transformers``' ``apply_chat_template`` does (same Jinja environment:
-the template is compiled by transformers' own cached compiler, so filters such as ``tojson``,
-globals such as ``raise_exception`` and the ``{% generation %}`` extension are identical), minus
-the per-call work that does not change between requests:
-
-- the template is compiled once and its undeclared variables are computed once;
-- the tokenizer's special-token map is read once;
-- inputs are not deep-copied through ``_plain_template_data``: callers pass plain JSON data they
-  built themselves (the sandboxed environment is immutable, so cached values cannot be changed
-  by a template).
-
-What this module reproduces from transformers, and the parity suite checks token for token:
-``None``-valued message keys are dropped, the reasoning field is aliased
-(``thinking`` / ``reasoning_content``), ``continue_final_message`` cuts the prompt after the final
-message, and generation spans are tracked for the assistant-token mask.
+"""A chat template bound to one tokenizer: compiled once (by transformers' own cached compiler, so
+filters, globals and the ``{% generation %}`` extension are identical), rendered many times, exactly
+as ``apply_chat_template`` renders. What is done once and what of transformers' input handling is
+reproduced: docs/render.md, "How it works".
 """
 
 from __future__ import annotations
