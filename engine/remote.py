@@ -1,19 +1,7 @@
-"""``RemoteEngine``: the :class:`~engine.interface.Engine` interface over HTTP to any
-vLLM-compatible tokens-only engine (``tokenwire serve --tokens-only``, ``vllm serve --tokens-only``,
-llm-d, Dynamo…). No torch.
-
-- ``generate`` posts the request to ``/inference/v1/generate`` with ``stream: true`` and
-  ``stream_options.include_usage``, and yields one :class:`EngineOutput` per SSE event; the last
-  one has ``finished=True`` and the usage. A remote that answers plain JSON instead is accepted too.
-- Closing the stream before it finished (:meth:`engine.interface.EngineStream.aclose`, the one
-  close behaviour) closes the HTTP stream and posts ``/abort_requests`` for the id (vLLM 0.32 also
-  serves ``/inference/v1/abort_requests``; we fall back to it on a 404).
-- Failures are :mod:`engine.errors` values with messages for the client, never exception text nor
-  the engine's address (logged instead):
-  unreachable or failing remote → :class:`EngineUnavailable` (502); no answer within the connect or
-  read timeout → :class:`EngineTimeout` (504); a 400 from the remote → :class:`InvalidGenerateRequest`
-  with the remote's message; a 503 → :class:`EngineOverloaded`; an answer that is not the vLLM
-  shape → :class:`EngineUnavailable` saying what was wrong.
+"""``RemoteEngine``: the :class:`~engine.interface.Engine` interface over HTTP to any vLLM-compatible
+tokens-only engine (SSE per step, ``/abort_requests`` on an early close, failures as
+:mod:`engine.errors` values). No torch. The requests it makes and the errors it maps:
+docs/engine.md, "The HTTP engine".
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """``sampling_params.structured_outputs``: vLLM's shape, and what the grammar engine can enforce.
 
-A wire-level module (no torch, no grammar library), shared by render (which writes the field
-and refuses schemas it cannot honour with a 400) and the local engine (which reads the field
-from any client, a vLLM render server included, and checks it again).
-
-vLLM 0.32 writes the field as its ``StructuredOutputsParams`` dataclass serializes: every
-public field, exactly one constraint set::
-
-    {"json": {...schema...}, "regex": null, "choice": null, "grammar": null, "json_object": null,
-     "disable_any_whitespace": false, "disable_additional_properties": false,
-     "whitespace_pattern": null, "structural_tag": null}
-
-:func:`structured_outputs` builds that dict; :func:`read_structured_outputs` reads it (the full
-form or a compact ``{"json": ...}``) into a :class:`StructuredSpec`, or says what is wrong.
-
-:func:`unsupported_schema_feature` walks a JSON schema and names the first keyword whose
-constraint the grammar engine (xgrammar) would silently drop, so that no output is ever
-promised valid against a schema the engine cannot enforce. Keywords JSON Schema does not define
-(``nullable``, ``discriminator``, ``x-…``) and annotations (``title``, ``description``, …) are
-ignored by schema validators too, so they pass. The rules were found by compiling each keyword
-with xgrammar 0.2.9 and checking that a violating document is refused.
+A wire-level module (no torch, no grammar library) shared by render (which writes the field and
+refuses schemas it cannot honour with a 400) and the local engine (which reads it from any client
+and checks it again). The field's shape and the schema keywords accepted and refused (found with
+xgrammar 0.2.9): docs/structured-outputs.md, "What a client sends" and "Which schemas are accepted".
 """
 
 from __future__ import annotations

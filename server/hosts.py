@@ -1,23 +1,6 @@
-"""Which ``Host`` names this server answers: the guard against DNS rebinding.
-
-A web page on ``http://rebind.example:8000`` whose name an attacker re-points at ``127.0.0.1`` is
-same-origin with a tokenwire on the victim's loopback as far as the browser knows: it may read the
-answers and open WebSocket sessions (``Origin`` then equals ``Host``). Only the ``Host`` header
-tells the two apart, so every HTTP request and WebSocket upgrade must name this server.
-
-``Settings.allowed_hosts`` (``--allowed-host``, repeatable) lists the names; ``*`` allows any.
-IP literals (``127.0.0.1:8000``, ``[::1]``) and ``localhost`` / ``*.localhost`` are always allowed:
-a browser reaches them without DNS, so they cannot be re-pointed. A request without ``Host``
-(HTTP/1.0 tools, some health checkers) is allowed: browsers always send one.
-
-The CLI's default (:func:`default_allowed_hosts`):
-
-- with an API key: any name (a rebinding page cannot supply the key);
-- bound to loopback: loopback names only;
-- bound to every interface (``0.0.0.0`` / ``::``): also this machine's host name (and its fully
-  qualified name); any other name clients use (a DNS alias, a load balancer's name, a Kubernetes
-  Service) needs ``--allowed-host``;
-- bound to a named interface: also that name.
+"""Which ``Host`` names this server answers (``--allowed-host``; IP literals and ``localhost`` always):
+the guard against DNS rebinding. Why, and the CLI's defaults by bind address and API key
+(:func:`default_allowed_hosts`): docs/serve.md, "Browsers and other sites".
 """
 
 from __future__ import annotations

@@ -1,21 +1,7 @@
-"""The contract between the incremental derenderer and the tool / reasoning parsers.
-
-The derenderer detokenizes token ids into text deltas (after stop-string handling) and pushes each
-delta through, in order, the reasoning parser (which splits reasoning from content) and then the
-tool parser (which splits content from tool calls). Parsers are *incremental and resumable*:
-
-- ``feed(text)`` consumes only the new text and returns what became certain;
-- ``finish()`` flushes what is held back at the end of the stream;
-- ``snapshot()`` returns the parser's whole continuation state as a small JSON-ready dict, and
-  ``restore(ctx, snapshot)`` rebuilds an equivalent parser, so a stream can continue on another
-  process. The snapshot never holds the output history: only what a parser must remember (e.g.
-  "inside ``<think>``", a held-back partial tag, the unfinished tool-call text).
-
-Non-streaming derender is ``feed(all_text)`` then ``finish()``, so streaming and non-streaming agree
-by construction: for any split of the text into deltas, the concatenated results are equal.
-
-Parsers see text decoded with special tokens kept when ``needs_special_tokens`` is true (e.g. the
-mistral ``[TOOL_CALLS]`` marker); the derenderer honours that when decoding.
+"""The contract between the incremental derenderer and the tool / reasoning parsers: ``feed`` returns
+what became certain, ``finish`` flushes, ``snapshot`` / ``restore`` carry a small state (never the
+output history), and non-streaming is ``feed(all)`` + ``finish()``, so any split agrees. The
+contract, the state and ``needs_special_tokens``: docs/parsers.md.
 """
 
 from __future__ import annotations
