@@ -1,26 +1,9 @@
 """PEP 517 build backend of ``tokenwire-client``: the Python client SDK alone, without the server.
 
-The ``tokenwire`` distribution (the repository's ``pyproject.toml``) carries the server, whose base
-install needs transformers, tokenizers and jinja2. A machine that only talks to a server installs
-this one instead::
-
-    pip install ./packaging/client               # or: pip wheel ./packaging/client -w dist/
-
-It is assembled from the repository's own files, no copy: the ``client_sdk`` package whole (with
-the browser module and playground under ``client_sdk/web/``) and exactly the ``session`` /
-``engine`` modules it imports, transitively (frame types, protocol models, session settings, the
-generate stage's wire types, the error-code table). :data:`MODULES` is the one list of them;
-``tests/unit/test_client_dist.py`` checks that it is complete, that none of them imports torch or
-transformers, and that :data:`REQUIREMENTS` names every third-party package they import. The
-version and the version bounds of the requirements are read from the repository's
-``pyproject.toml``, so the two distributions cannot drift apart.
-
-Both distributions install the same top-level packages (``client_sdk``, ``session``, ``engine``):
-install one of them in an environment, not both (``tokenwire`` already contains the client).
-
-No build dependencies: the wheel is a zip written here (PEP 427: ``METADATA``, ``WHEEL``,
-``RECORD``), reproducible (sorted entries, fixed timestamps). An sdist carries the same files under
-``src/`` next to this backend, so a wheel built from it is the same wheel.
+Built from the repository's own files: ``client_sdk`` whole and exactly the ``session`` / ``engine``
+modules it imports (:data:`MODULES`, checked by ``tests/unit/test_client_dist.py``), requirements
+and version read from ``pyproject.toml``, a reproducible wheel with no build dependencies. How and
+why: docs/client.md, "The client-only distribution".
 """
 
 from __future__ import annotations

@@ -1,18 +1,7 @@
-"""The image side of a vision-language model, as the model's own processor does it (no torch).
-
-:meth:`Vision.load` binds a model directory that has an image processor
-(``preprocessor_config.json``) and a supported architecture (``config.json`` ``model_type``
-``qwen2_vl``). It loads the model's image processor with transformers' PIL backend
-(``Qwen2VLImageProcessorPil``: PIL resizing, numpy arrays, no torch), so ``pixel_values`` and
-``image_grid_thw`` are exactly what ``Qwen2VLProcessor`` computes.
-
-Per request (:meth:`Vision.prepare`): each decoded image is processed (resized to multiples of
-``patch_size × merge_size`` within ``min_pixels`` / ``max_pixels``, rescaled, normalized,
-patchified into ``pixel_values [grid_t·grid_h·grid_w, C·T·P·P]``), then each ``<|image_pad|>``
-the chat template wrote is expanded to ``grid_t·grid_h·grid_w / merge_size²`` copies — what
-``Qwen2VLProcessor`` does to the text before tokenizing (the pad is a special token, so expanding
-the ids equals expanding the text) — and the ``features`` are built: per image its sha256, its
-placeholder range and its tensors (:class:`engine.protocol.MultiModalFeatures`).
+"""The image side of a vision-language model, as the model's own processor does it (no torch):
+:meth:`Vision.load` binds a Qwen2-VL directory's image processor (transformers' PIL backend), and
+:meth:`Vision.prepare` processes a request's images, expands each ``<|image_pad|>`` and builds the
+``features``. The processing, the expansion and the ``features``: docs/render.md, "Images".
 """
 
 from __future__ import annotations
