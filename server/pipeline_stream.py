@@ -19,7 +19,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from engine.interface import EngineOutput
+from engine.interface import EngineOutput, EngineStream
 from engine.protocol import GenerateRequest
 from server import metrics
 from session.client_frames import Kind
@@ -293,9 +293,9 @@ def _finished(d: ChatDerenderer | CompletionDerenderer) -> bool:
 
 
 class _EngineRun:
-    """One engine request's output iterator, primed with its first output."""
+    """One engine request's output stream, primed with its first output."""
 
-    def __init__(self, agen: AsyncIterator[EngineOutput]) -> None:
+    def __init__(self, agen: EngineStream) -> None:
         self.agen = agen
         self.first: EngineOutput | None = None
         self.closed = False
@@ -331,8 +331,7 @@ class _EngineRun:
     async def aclose(self) -> None:
         if not self.closed:
             self.closed = True
-            with contextlib.suppress(Exception):
-                await self.agen.aclose()  # type: ignore[attr-defined]
+            await self.agen.aclose()  # shielded, bounded, never raising: as every engine stream closes
 
 
 async def _merge(runs: list[_EngineRun]) -> AsyncIterator[tuple[int, EngineOutput]]:
