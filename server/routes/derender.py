@@ -8,8 +8,10 @@ process's :class:`~session.state.StateCodec` (``--state-secret``), so replicas s
 continue each other's streams; this route is stateless, so it cannot refuse a replayed state
 (docs/derender.md).
 
-Small calls (a streaming step of a few tokens) run on the event loop: they cost tens of
-microseconds, less than a thread hop. Large bodies are validated and derendered on a worker thread.
+A streaming call is :meth:`~session.derender.DerenderService.step`, the one the WebSocket
+``derender`` frames make too. Small calls (a streaming step of a few tokens) run on the event loop:
+they cost tens of microseconds, less than a thread hop. Bodies over
+``session.derender.INLINE_BODY_BYTES`` are validated and derendered on a worker thread.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from server.context import ServerContext
 from server.gating import RouteGroup
 from server.http import read_json, validate
 from server.routes import Route
-from session.derender import DerenderService, resolve_parsers
+from session.derender import INLINE_BODY_BYTES, DerenderService, resolve_parsers
 from session.protocol.openai_responses import (
     ChatCompletionResponse,
     CompletionResponse,
@@ -45,9 +47,6 @@ from session.protocol.openai_responses import (
 from session.state import StateCodec
 
 log = logging.getLogger("tokenwire")
-
-# Bodies above this many bytes are validated and derendered on a worker thread.
-INLINE_BODY_BYTES = 16 * 1024
 
 
 def state_codec_of(ctx: ServerContext) -> StateCodec:
@@ -86,7 +85,7 @@ def derender_service_of(ctx: ServerContext) -> DerenderService:
                               parsers=parsers, codec=ctx.service(state_codec_of),
                               vocab_size=model_vocab_size(s.model_dir))
     return metrics.time_methods(service, metrics.DERENDER_SECONDS,  # type: ignore[no-any-return]
-                                ("chat", "chat_stream", "completion", "completion_stream"))
+                                ("chat", "chat_stream", "completion", "completion_stream"))  # step calls *_stream
 
 
 def prepare(ctx: ServerContext) -> None:
@@ -119,8 +118,7 @@ async def derender_chat(request: Request) -> Response:
 
     def work() -> dict[str, Any]:
         if raw.get("stream") is True:
-            stream_req = validate(DerenderChatStreamRequest, raw)
-            return service.chat_stream(stream_req, raw.get("chat_request"), now=int(time.time()))
+            return service.step("chat", raw, now=int(time.time()))
         return service.chat(validate(DerenderChatRequest, raw))
 
     return await _run(request, work)
@@ -133,8 +131,7 @@ async def derender_completion(request: Request) -> Response:
 
     def work() -> dict[str, Any]:
         if raw.get("stream") is True:
-            stream_req = validate(DerenderCompletionStreamRequest, raw)
-            return service.completion_stream(stream_req, raw.get("completion_request"), now=int(time.time()))
+            return service.step("completion", raw, now=int(time.time()))
         return service.completion(validate(DerenderCompletionRequest, raw))
 
     return await _run(request, work)

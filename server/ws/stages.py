@@ -5,8 +5,8 @@ gives the session one object with the four operations its frames need, each the 
 matching HTTP endpoint makes (so a frame's output equals the endpoint's for the same input):
 
 - ``render`` / ``generate``: the pipeline's separate stages;
-- ``derender_step``: the derender service's streaming step, exactly as the HTTP derender route
-  with ``"stream": true`` (large bodies on a worker thread);
+- ``derender_step``: the derender service's streaming step (``DerenderService.step``, which the
+  HTTP derender routes call with ``"stream": true``; large bodies on a worker thread);
 - ``stream``: the whole pipeline, admitted before the first event (so admission errors are error
   frames), closed — and the engine request aborted — when the iterator is closed.
 """
@@ -23,15 +23,13 @@ import orjson
 from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest
 from server.context import ServerContext
-from server.http import validate
 from server.pipeline import Pipeline, pipeline_of
 from server.pipeline_stream import PipelineStream
 from server.pipeline_stream import StreamEvent as PipelineEvent
-from server.routes.derender import INLINE_BODY_BYTES, derender_service_of
+from server.routes.derender import derender_service_of
 from server.ws.work import StreamEvent
 from session.client_frames import Kind
-from session.errors import InvalidRequest
-from session.protocol.openai_responses import DerenderChatStreamRequest, DerenderCompletionStreamRequest
+from session.derender import INLINE_BODY_BYTES
 
 
 class PipelineStages:
@@ -47,23 +45,10 @@ class PipelineStages:
         return self.pipeline.generate(request)
 
     async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
-        if kind == "messages":
-            raise InvalidRequest("derender frames take kind 'chat' or 'completion' (as the HTTP derender "
-                                 "endpoints); derender an Anthropic stream as 'chat'.", param="kind")
         service = self.ctx.service(derender_service_of)
-        raw = {**body, "stream": True}
-
-        def work() -> dict[str, Any]:
-            now = int(time.time())
-            if kind == "chat":
-                req = validate(DerenderChatStreamRequest, raw)
-                return service.chat_stream(req, raw.get("chat_request"), now=now)
-            comp = validate(DerenderCompletionStreamRequest, raw)
-            return service.completion_stream(comp, raw.get("completion_request"), now=now)
-
         if len(orjson.dumps(body)) > INLINE_BODY_BYTES:
-            return await anyio.to_thread.run_sync(work)
-        return work()
+            return await anyio.to_thread.run_sync(lambda: service.step(kind, body, now=int(time.time())))
+        return service.step(kind, body, now=int(time.time()))
 
     def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
                checkpoints: bool = False) -> SessionStream:
