@@ -12,32 +12,39 @@ generate → derender) do the work; this module only turns their results into th
   from the engine's delivery and the request's task only waits for the end (and, cancelled,
   closes the stream, which aborts the engine request).
 
-Streams are always closed in a shielded scope, so a cancelled request (or a closed socket) aborts
-its engine work at once, even though the task running it is being cancelled.
+Streams are always closed on the way out; an engine stream closes as every engine stream does
+(``EngineStream.aclose``: shielded, bounded, docs/engine.md "Closing a stream"), so a cancelled
+request (or a closed socket) aborts its engine work at once, even though the task running it is
+being cancelled.
 """
 
 from __future__ import annotations
 
 import secrets
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
 
 from engine.interface import EngineOutput
-from engine.protocol import (
-    ChoiceLogprobs,
-    GenerateChoice,
-    GenerateRequest,
-    GenerateStreamResponse,
-    UsageInfo,
-    generate_response_id,
-)
+from engine.protocol import GenerateRequest, generate_response_id
+from server.generate_output import GenerateOutputs
 from session.actions import Start, StartDerender, StartGenerate, StartPipeline, StartRender
 from session.client_frames import Kind
 
-ABORT_GRACE_S = 5.0  # how long closing a stream (the engine abort) may take once cancelled
+T_co = TypeVar("T_co", covariant=True)
+
+
+class Closing(Protocol[T_co]):
+    """A stream its reader closes on the way out, in a ``finally`` (an engine stream, or a pipeline
+    stream over one: closing it aborts the engine work that has not finished)."""
+
+    def __aiter__(self) -> Closing[T_co]: ...
+
+    async def __anext__(self) -> T_co: ...
+
+    async def aclose(self) -> None: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,12 +62,12 @@ class Stages(Protocol):
 
     async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]: ...
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]: ...
+    def generate(self, request: GenerateRequest) -> Closing[EngineOutput]: ...
 
     async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
-               checkpoints: bool = False) -> AsyncIterator[StreamEvent]: ...
+               checkpoints: bool = False) -> Closing[StreamEvent]: ...
 
 
 @runtime_checkable
@@ -104,23 +111,18 @@ async def _generate(start: StartGenerate, pipeline: Stages, report: Reporter) ->
     request = GenerateRequest.model_validate(start.body)
     if request.request_id is None:  # as /inference/v1/generate does
         request = request.model_copy(update={"request_id": secrets.token_hex(8)})
-    response_id = generate_response_id(request.request_id or "")
-    want_logprobs = request.sampling_params.logprobs is not None
-    usage: UsageInfo | None = None
-    completion = 0
+    outputs = GenerateOutputs(request, generate_response_id(request.request_id or ""))
     stream = pipeline.generate(request)
     try:
         async for output in stream:
-            completion += sum(len(c.token_ids) for c in output.choices)
-            usage = output.usage or usage
-            if output.choices:
-                report.generate_delta(start.id, generate_chunk(output, response_id, want_logprobs))
+            chunk = outputs.chunk(output)
+            if chunk is not None:
+                report.generate_delta(start.id, chunk)
             if output.finished:
                 break
     finally:
-        await close_stream(stream)
-    usage = usage or UsageInfo.of(len(request.token_ids), completion)
-    report.done(start.id, usage=usage.model_dump(mode="json", exclude_none=True))
+        await stream.aclose()
+    report.done(start.id, usage=outputs.usage.model_dump(mode="json", exclude_none=True))
 
 
 async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) -> None:
@@ -141,7 +143,7 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
             async for event in stream:
                 deliver(event)
     finally:
-        await close_stream(stream)  # aborts what the engine has not finished (a stop string, a cancel)
+        await stream.aclose()  # aborts what the engine has not finished (a stop string, a cancel)
     report.done(start.id)
 
 
@@ -166,21 +168,3 @@ async def _listened(stream: Listenable, deliver: Callable[[StreamEvent], None]) 
     if outcome[0] is not None:
         raise outcome[0]
     return True
-
-
-def generate_chunk(output: EngineOutput, response_id: str, want_logprobs: bool) -> dict[str, Any]:
-    """One engine step as the ``/inference/v1/generate`` SSE event carries it (vLLM 0.32 shape)."""
-    choices = [GenerateChoice(index=c.index, finish_reason=c.finish_reason, stop_reason=c.stop_reason,
-                              token_ids=c.token_ids,
-                              logprobs=ChoiceLogprobs(content=c.logprobs or []) if want_logprobs else None)
-               for c in output.choices]
-    return GenerateStreamResponse(request_id=response_id, choices=choices).model_dump(mode="json")
-
-
-async def close_stream(stream: AsyncIterator[Any]) -> None:
-    """``aclose`` a stream even from a cancelled task (that is when it must abort the engine)."""
-    aclose = getattr(stream, "aclose", None)
-    if aclose is None:
-        return
-    with anyio.move_on_after(ABORT_GRACE_S, shield=True):
-        await aclose()
