@@ -1,12 +1,15 @@
-"""The ASGI app: HTTP routes and the WebSocket route on one port, registered per the gating."""
+"""The ASGI app: HTTP routes and the WebSocket route on one port, registered per the gating.
+
+The routes are listed here, explicitly (:data:`ROUTE_LISTS`, :data:`WEBSOCKET_ROUTES`): this is the
+one module that imports the route modules. The services the routes use are built once, at
+start-up (``server/services.py``), and held by the app with the context and the route list.
+"""
 
 from __future__ import annotations
 
 import contextlib
-import hmac
-import importlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.applications import Starlette
@@ -18,47 +21,46 @@ from starlette.routing import WebSocketRoute
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from server import metrics
+from server.auth import ApiKeyMiddleware, is_public
 from server.context import ServerContext
-from server.errors import ApiError, error_response
+from server.errors import ApiError, error_response, flavor_of
+from server.gating import RouteGroup
 from server.hosts import host_allowed
 from server.hosts import refusal as host_refusal
 from server.http import is_json_media_type, not_json_message
-from server.routes import Route
+from server.limits import LimitMiddleware
+from server.routes import common, derender, generate, pipeline, playground, render
+from server.routes import metrics as metrics_routes
+from server.routing import Route
+from server.services import Services, build_services
+from server.shutdown import DrainMiddleware
+from server.ws.endpoint import SESSION_PATH, session_endpoint
+from server.ws.transport import RawSendMiddleware
 
 log = logging.getLogger("tokenwire")
 
-# Every module that contributes HTTP routes. Each exposes ``routes() -> list[Route]``.
-ROUTE_MODULES = (
-    "server.routes.common",
-    "server.routes.render",
-    "server.routes.derender",
-    "server.routes.generate",
-    "server.routes.pipeline",
-    "server.routes.playground",
-    "server.routes.metrics",
+# Every HTTP route, by module (each ``routes() -> list[Route]``), in registration order.
+ROUTE_LISTS: tuple[Callable[[], list[Route]], ...] = (
+    common.routes,
+    render.routes,
+    derender.routes,
+    generate.routes,
+    pipeline.routes,
+    playground.routes,
+    metrics_routes.routes,
 )
-# Modules that contribute WebSocket routes: ``websocket_routes() -> list[(path, endpoint, group)]``.
-WEBSOCKET_MODULES: tuple[str, ...] = ("server.ws",)
-
-# Paths anyone may read without an API key.
-PUBLIC_PATHS = frozenset({"/health", "/version", "/", "/openapi.json", "/metrics"})
-PUBLIC_PREFIXES = ("/static/",)
+# The WebSocket routes: (path, endpoint, group).
+WEBSOCKET_ROUTES: tuple[tuple[str, Callable[..., Any], RouteGroup], ...] = (
+    (SESSION_PATH, session_endpoint, RouteGroup.WEBSOCKET),
+)
 
 
 def all_routes() -> list[Route]:
-    out: list[Route] = []
-    for name in ROUTE_MODULES:
-        out.extend(importlib.import_module(name).routes())
-    return out
+    return [route for routes in ROUTE_LISTS for route in routes()]
 
 
 def enabled_routes(ctx: ServerContext) -> list[Route]:
     return [r for r in all_routes() if r.group in ctx.gating]
-
-
-def flavor_of(path: str) -> str:
-    """Which API's error envelope answers on ``path``: Anthropic's on ``/v1/messages*``."""
-    return "anthropic" if path.startswith("/v1/messages") else "openai"
 
 
 def _wrap(route: Route) -> Any:
@@ -74,32 +76,6 @@ def _wrap(route: Route) -> Any:
 
     endpoint.__name__ = getattr(route.endpoint, "__name__", "endpoint")
     return endpoint
-
-
-class ApiKeyMiddleware:
-    """Checks ``Authorization: Bearer KEY`` (or ``x-api-key``) on HTTP requests. WebSocket
-    upgrades are checked by the WebSocket route itself, so it can refuse before accepting."""
-
-    def __init__(self, app: ASGIApp, keys: tuple[str, ...]) -> None:
-        self.app = app
-        self.keys = tuple(k.encode() for k in keys)
-
-    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] != "http" or not self.keys or _is_public(scope["path"]):
-            await self.app(scope, receive, send)
-            return
-        headers = dict(scope["headers"])
-        given = _bearer(headers.get(b"authorization", b"")) or headers.get(b"x-api-key", b"")
-        flavor = flavor_of(scope["path"])
-        if not given:
-            response = error_response(ApiError(401, "Missing API key; send 'Authorization: Bearer <key>'."),
-                                      flavor=flavor)
-        elif not any(hmac.compare_digest(given, k) for k in self.keys):
-            response = error_response(ApiError(401, "Invalid API key."), flavor=flavor)
-        else:
-            await self.app(scope, receive, send)
-            return
-        await response(scope, receive, send)
 
 
 class HostMiddleware:
@@ -142,35 +118,13 @@ class JsonBodyMiddleware:
         await self.app(scope, receive, send)
 
 
-def _bearer(value: bytes) -> bytes:
-    scheme, _, token = value.partition(b" ")
-    return token.strip() if scheme.lower() == b"bearer" else b""
-
-
-def _is_public(path: str) -> bool:
-    return path in PUBLIC_PATHS or path.startswith(PUBLIC_PREFIXES)
-
-
-def api_key_ok(ctx: ServerContext, given: str | None) -> bool:
-    """One check for every transport (HTTP middleware above, WebSocket upgrade)."""
-    keys = ctx.settings.api_keys
-    if not keys:
-        return True
-    return given is not None and any(hmac.compare_digest(given.encode(), k.encode()) for k in keys)
-
-
-def create_app(ctx: ServerContext) -> Starlette:
-    for name in ROUTE_MODULES:  # a module may check its configuration / build services up front
-        prepare = getattr(importlib.import_module(name), "prepare", None)
-        if prepare is not None:
-            prepare(ctx)  # raises ValueError for a configuration it refuses
-    routes: list[Any] = [
-        StarletteRoute(r.path, _wrap(r), methods=list(r.methods)) for r in enabled_routes(ctx)
-    ]
-    for name in WEBSOCKET_MODULES:
-        for path, endpoint, group in importlib.import_module(name).websocket_routes():
-            if group in ctx.gating:
-                routes.append(WebSocketRoute(path, endpoint))
+def create_app(ctx: ServerContext, services: Services | None = None) -> Starlette:
+    """The app over ``ctx``, with ``services`` built by the caller at start-up (else here)."""
+    if services is None:
+        services = build_services(ctx)  # raises ValueError for a configuration it refuses
+    enabled = enabled_routes(ctx)
+    routes: list[Any] = [StarletteRoute(r.path, _wrap(r), methods=list(r.methods)) for r in enabled]
+    routes += [WebSocketRoute(path, endpoint) for path, endpoint, group in WEBSOCKET_ROUTES if group in ctx.gating]
 
     @contextlib.asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -187,22 +141,20 @@ def create_app(ctx: ServerContext) -> Starlette:
             if ctx.engine is not None:
                 await ctx.engine.close()
 
-    from server.limits import LimitMiddleware, limiter_of
-    from server.shutdown import DrainMiddleware, drain_of
-    from server.ws.transport import RawSendMiddleware
-
     middleware = [Middleware(RawSendMiddleware),  # first: it must see the server's own send
-                  Middleware(DrainMiddleware, drain=ctx.service(drain_of)),
+                  Middleware(DrainMiddleware, drain=services.drain),
                   Middleware(HostMiddleware, allowed=ctx.settings.allowed_hosts),
                   Middleware(ApiKeyMiddleware, keys=ctx.settings.api_keys),
                   Middleware(JsonBodyMiddleware,
-                             paths=frozenset(r.path for r in enabled_routes(ctx) if "POST" in r.methods)),
-                  Middleware(LimitMiddleware, limiter=ctx.service(limiter_of),
-                             body_timeout=ctx.settings.body_timeout, exempt=_is_public,
+                             paths=frozenset(r.path for r in enabled if "POST" in r.methods)),
+                  Middleware(LimitMiddleware, limiter=services.limiter,
+                             body_timeout=ctx.settings.body_timeout, exempt=is_public,
                              by_key=bool(ctx.settings.api_keys))]
     app = Starlette(routes=routes, middleware=middleware, lifespan=lifespan,
                     exception_handlers={404: _not_found, 405: _method_not_allowed})
     app.state.ctx = ctx
+    app.state.services = services
+    app.state.routes = tuple(enabled)
     metrics.ENGINE.watch(ctx.engine)
     return app
 
@@ -219,7 +171,3 @@ async def _method_not_allowed(request: Request, exc: Exception) -> Response:
     if allow:  # RFC 9110: a 405 lists the methods the resource supports
         response.headers["Allow"] = allow
     return response
-
-
-def ctx_of(request: Request) -> ServerContext:
-    return request.app.state.ctx  # type: ignore[no-any-return]

@@ -17,7 +17,13 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from server.assets import ensure_default_model
+from server.assets.cli import main as assets_main
+from server.gating import GatingError, decide
+from server.hosts import default_allowed_hosts
+from server.listener import bind
 from server.settings import Mode, Settings
+from session.state import check_secret
 
 EXIT_USAGE = 2
 
@@ -201,8 +207,6 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
     else:
         mode = Mode.RENDER
     if args.model is None:
-        from server.assets import ensure_default_model
-
         model_dir = ensure_default_model()
     else:
         model_dir = Path(args.model).expanduser().resolve()
@@ -215,8 +219,6 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
     keys = tuple(args.api_key or ()) or tuple(k for k in [environ.get("TOKENWIRE_API_KEY")] if k)
     secret, previous = state_secrets(args, environ)
-    from server.hosts import default_allowed_hosts
-
     extra = {}
     if mode is not Mode.RENDER:
         extra = {"dtype": args.dtype, "max_num_seqs": args.max_num_seqs,
@@ -261,8 +263,6 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
 def state_secrets(args: argparse.Namespace, environ: dict[str, str]) -> tuple[bytes | None, bytes | None]:
     """The current and the previous state secret: ``--state-secret`` given once or twice, else the
     environment. ``ValueError`` for more than two or a weak one (session/state.py's rules)."""
-    from session.state import check_secret
-
     given = list(args.state_secret or ())
     if not given:
         given = [v for v in (environ.get("TOKENWIRE_STATE_SECRET"), environ.get("TOKENWIRE_STATE_SECRET_PREVIOUS")) if v]
@@ -310,8 +310,6 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> s
     if args.command == "serve" and threads and not (threads.isdigit() and int(threads) > 0):
         raise ValueError(f"{NUM_THREADS_ENV}={threads!r} is not a positive whole number of threads")
     state_secrets(args, environ)
-    from server.listener import bind
-
     return bind(args.host, args.port, send_buffer=args.socket_send_buffer)
 
 
@@ -321,14 +319,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "launch":
         keep_torch_out()
     if args.command == "assets":
-        from server.assets import cli_main
-
-        return cli_main(args)
+        return assets_main(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     environ = dict(os.environ)
-    from server.context import ModelLoadError
-    from server.gating import GatingError, decide
-
     sock: socket.socket | None = None
     try:
         sock = check_before_loading(args, environ)
@@ -336,10 +329,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         gating = decide(mode, environ, enable_scale_out=args.enable_scale_out,
                         has_engine_url=bool(args.engine_url))
         settings = settings_from_args(args, environ)
+        # lazy, after keep_torch_out(): the server's modules load transformers (and, under `serve`,
+        # the local engine loads torch)
         from server.runner import run
 
         return run(settings, gating, sock)
-    except (GatingError, ModelLoadError, ValueError) as exc:
+    except (GatingError, ValueError) as exc:  # server.context.ModelLoadError is a ValueError
         return _fail(str(exc))
     except KeyboardInterrupt:
         return 0

@@ -1,33 +1,31 @@
-"""The per-process server context: settings, the model's tokenizer, the engine, and services.
+"""The per-process server context: settings, gating, the model's tokenizer and limits, the engine.
 
-Services (the renderer, the derender service, the pipeline…) are built lazily, once, through
-``ctx.service(factory)``, where ``factory(ctx)`` builds one; the route modules own their
-factories, so adding a stage never edits this file.
+The services built over it (the renderer, the derender service, the state codec, the pipeline…)
+are built once, at start-up, by ``server/services.py``.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import threading
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from engine.interface import Engine
+from engine.link import LinkEngine
+from engine.remote import RemoteEngine
 from server.gating import Gating
 from server.settings import Settings
 
 log = logging.getLogger("tokenwire")
 
-T = TypeVar("T")
-
 DEFAULT_MAX_MODEL_LEN = 4096
 
 
-class ModelLoadError(Exception):
-    """The model directory is missing or unreadable; the message is shown as is."""
+class ModelLoadError(ValueError):
+    """The model directory is missing or unreadable; the message is shown as is (a configuration
+    error, as every ``ValueError`` the CLI reports: one line, exit 2)."""
 
 
 @dataclass
@@ -37,21 +35,10 @@ class ServerContext:
     tokenizer: Any
     max_model_len: int
     engine: Engine | None = None
-    _services: dict[Callable[..., Any], Any] = field(default_factory=dict)
-    _lock: threading.RLock = field(default_factory=threading.RLock)  # factories may use other services
 
     @property
     def model_name(self) -> str:
         return self.settings.served_model_name
-
-    def service(self, factory: Callable[[ServerContext], T]) -> T:
-        try:
-            return self._services[factory]  # type: ignore[no-any-return]
-        except KeyError:
-            with self._lock:
-                if factory not in self._services:
-                    self._services[factory] = factory(self)
-                return self._services[factory]  # type: ignore[no-any-return]
 
 
 def check_model_dir(model_dir: Path) -> None:
@@ -68,6 +55,7 @@ def check_model_dir(model_dir: Path) -> None:
 
 
 def load_tokenizer(model_dir: Path) -> Any:
+    # lazy: `launch render` marks torch absent (server/cli.py) before transformers may load
     from transformers import AutoTokenizer
 
     try:
@@ -95,6 +83,24 @@ def model_max_len(model_dir: Path, tokenizer: Any, override: int | None) -> int:
     return DEFAULT_MAX_MODEL_LEN
 
 
+def model_vocab_size(model_dir: Path) -> int | None:
+    """The model's ``vocab_size`` from its ``config.json`` (a vision-language model's
+    ``text_config``), or None without one. Real models pad it past the tokenizer's ids; those
+    extra ids are valid output ids that decode to nothing."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    if not isinstance(config, dict):
+        return None
+    text = config.get("text_config")
+    for section in (config, text if isinstance(text, dict) else {}):
+        value = section.get("vocab_size")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
 def build_context(settings: Settings, gating: Gating, *, engine: Engine | None = None) -> ServerContext:
     """Load the tokenizer and create (but not start) the engine this mode needs."""
     check_model_dir(settings.model_dir)
@@ -108,12 +114,9 @@ def build_context(settings: Settings, gating: Gating, *, engine: Engine | None =
 
 def create_engine(settings: Settings, max_model_len: int) -> Engine | None:
     if settings.engine_url and settings.engine_url.startswith(("ws://", "wss://")):
-        from engine.link import LinkEngine  # tokenwire's session protocol: many requests per socket
-
+        # tokenwire's session protocol: many requests per socket
         return LinkEngine(settings.engine_url, model_name=settings.served_model_name, max_model_len=max_model_len)
     if settings.engine_url:
-        from engine.remote import RemoteEngine
-
         return RemoteEngine(settings.engine_url, model_name=settings.served_model_name,
                             max_model_len=max_model_len, read_timeout=settings.engine_timeout)
     if settings.needs_local_engine:

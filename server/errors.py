@@ -103,6 +103,11 @@ def anthropic_error_body(err: ApiError) -> dict[str, Any]:
     return {"type": "error", "error": {"type": kind, "message": err.message}}
 
 
+def flavor_of(path: str) -> str:
+    """Which API's error envelope answers on ``path``: Anthropic's on ``/v1/messages*``."""
+    return "anthropic" if path.startswith("/v1/messages") else "openai"
+
+
 def error_response(exc: BaseException, *, flavor: str = "openai") -> Response:
     err = to_api_error(exc)
     body = anthropic_error_body(err) if flavor == "anthropic" else openai_error_body(err)

@@ -31,8 +31,7 @@ from typing import Any
 import anyio
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from server.context import ServerContext
-from server.errors import ApiError
+from server.errors import ApiError, error_response, flavor_of
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_CLIENTS = 100_000  # clients remembered (least recently seen forgotten first)
@@ -102,12 +101,6 @@ def admitted(limiter: Limiter, key: str) -> Iterator[None]:
         yield
     finally:
         limiter.release(key)
-
-
-def limiter_of(ctx: ServerContext) -> Limiter:
-    """The process's limiter (a ``ctx.service`` factory)."""
-    s = ctx.settings
-    return Limiter(rate_per_minute=s.rate_limit, max_concurrent=s.max_concurrent_requests)
 
 
 def client_key(headers: dict[bytes, bytes], client: Any) -> str:
@@ -191,9 +184,6 @@ class LimitMiddleware:
     @staticmethod
     async def _refuse(scope: Scope, receive: Receive, send: Send, err: ApiError,
                       headers: dict[str, str] | None = None) -> None:
-        from server.app import flavor_of
-        from server.errors import error_response
-
         response = error_response(err, flavor=flavor_of(scope["path"]))
         response.headers.update(headers or {})
         await response(scope, receive, send)

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import TypeAdapter
 
-from server.routes import Route
+from server.routing import Route
 
 _OPENAI_ERROR = {
     "type": "object",

@@ -34,6 +34,7 @@ checkpoint.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import AsyncIterator, Sequence
 from typing import Any
@@ -51,8 +52,6 @@ from server.pipeline_stream import (
     PipelineStream,
     _Prepared,
 )
-from server.routes.derender import state_codec_of
-from server.routes.render import renderer_of
 from session.client_frames import Kind
 from session.derender import (
     ChatDerenderer,
@@ -67,19 +66,21 @@ from session.derender.choice import ChoiceStream
 from session.errors import InvalidRequest, StateError
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
+from session.render import Renderer
 from session.render.anthropic import to_openai_chat
-from session.state import StateBinding, StateCodec, context_digest
-
-
-def pipeline_of(ctx: ServerContext) -> Pipeline:
-    """The process's pipeline (a ``ctx.service`` factory)."""
-    return Pipeline(ctx)
+from session.state import RANDOM_SECRET_WARNING, StateBinding, StateCodec, context_digest
 
 
 class Pipeline:
-    def __init__(self, ctx: ServerContext) -> None:
+    """Built once, at start-up, by ``server/services.py`` (with the process's renderer and state codec)."""
+
+    def __init__(self, ctx: ServerContext, renderer: Renderer, codec: StateCodec, *,
+                 warn_random_secret: bool = False) -> None:
         self.ctx = ctx
-        self.renderer = ctx.service(renderer_of)
+        self.renderer = renderer
+        self._codec = codec
+        # a random per-process secret not yet warned about (no derender routes): warn at first use
+        self._warn_random_secret = warn_random_secret and codec.random_secret
         s = ctx.settings
         self.parser_names = (s.tool_call_parser, s.reasoning_parser, s.enable_auto_tool_choice)
 
@@ -92,7 +93,10 @@ class Pipeline:
 
     @property
     def codec(self) -> StateCodec:
-        return self.ctx.service(state_codec_of)
+        if self._warn_random_secret:
+            self._warn_random_secret = False
+            logging.getLogger("tokenwire.state").warning(RANDOM_SECRET_WARNING)
+        return self._codec
 
     # --- the three stages, separately (WebSocket primitive frames) -----------------------------
     async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]:
@@ -291,4 +295,3 @@ class _StopWatch:
         if stream is None:
             stream = self.streams[index] = ChoiceStream.new(self.spec, index)
         return bool(stream.push(token_ids).stop_engine)
-

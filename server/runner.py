@@ -13,6 +13,7 @@ from server.app import create_app
 from server.context import build_context
 from server.gating import Gating
 from server.listener import bind, listen
+from server.services import build_services
 from server.settings import Settings
 from server.shutdown import GracefulServer
 
@@ -43,7 +44,8 @@ def run(settings: Settings, gating: Gating, sock: socket.socket | None = None) -
     if sock is None:
         sock = bind(settings.host, settings.port, send_buffer=settings.socket_send_buffer)
     ctx = build_context(settings, gating)
-    app = create_app(ctx)
+    services = build_services(ctx)  # the renderer, derender service, pipeline…, once, before serving
+    app = create_app(ctx, services)
     listen(sock)
     host, port = sock.getsockname()[:2]
     url_host = f"[{host}]" if ":" in host else host
@@ -55,7 +57,7 @@ def run(settings: Settings, gating: Gating, sock: socket.socket | None = None) -
     logging.getLogger("uvicorn.error").addFilter(quiet_client_utf8_errors)
     if not settings.access_log:
         logging.getLogger("uvicorn.error").addFilter(no_websocket_access_lines)
-    server = GracefulServer(config, ctx, shutdown_timeout=settings.shutdown_timeout)
+    server = GracefulServer(config, services.drain, ctx.engine, shutdown_timeout=settings.shutdown_timeout)
     log.info("tokenwire %s on %s (model %s)", settings.mode.value, app.state.listen_url,
              settings.served_model_name)
     print(f"tokenwire: listening on {app.state.listen_url}", flush=True)

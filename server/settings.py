@@ -5,7 +5,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from importlib import metadata
 from pathlib import Path
+
+
+def package_version() -> str:
+    """tokenwire's installed version (``/version``, the session's ``server`` info)."""
+    try:
+        return metadata.version("tokenwire")
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
 
 
 class Mode(StrEnum):

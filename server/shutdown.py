@@ -13,7 +13,7 @@ the rest with a clear error, and the process exits 0.
             ─▶ uvicorn's own shutdown: idle keep-alive connections closed, sessions closed with 1012
                ("the server is restarting"), the engine closed, exit 0
 
-:class:`Drain` is the per-process state (a ``ctx.service``); :class:`DrainMiddleware` counts HTTP
+:class:`Drain` is the per-process state (``Services.drain``, server/services.py); :class:`DrainMiddleware` counts HTTP
 requests in flight (a streaming answer counts until its last byte) and :meth:`Drain.track` wraps a
 WebSocket request's work; :class:`GracefulServer` runs the sequence above around uvicorn's shutdown.
 """
@@ -32,7 +32,8 @@ import uvicorn
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from engine.errors import EngineShutDown
-from server.context import ServerContext
+from engine.interface import Engine
+from server.errors import error_response, flavor_of
 
 log = logging.getLogger("tokenwire")
 
@@ -79,11 +80,6 @@ class Drain:
         return True
 
 
-def drain_of(ctx: ServerContext) -> Drain:
-    """The process's drain state (a ``ctx.service`` factory)."""
-    return Drain()
-
-
 class DrainMiddleware:
     """Counts HTTP requests in flight; while draining, answers new ones 503 with the API's envelope."""
 
@@ -96,9 +92,6 @@ class DrainMiddleware:
             await self.app(scope, receive, send)
             return
         if self.drain.draining:
-            from server.app import flavor_of
-            from server.errors import error_response
-
             response = error_response(self.drain.error(), flavor=flavor_of(scope["path"]))
             response.headers["Connection"] = "close"
             await response(scope, receive, send)
@@ -110,9 +103,11 @@ class DrainMiddleware:
 class GracefulServer(uvicorn.Server):
     """uvicorn with tokenwire's shutdown sequence (module docstring), exiting 0 on SIGTERM / SIGINT."""
 
-    def __init__(self, config: uvicorn.Config, ctx: ServerContext, *, shutdown_timeout: float) -> None:
+    def __init__(self, config: uvicorn.Config, drain: Drain, engine: Engine | None, *,
+                 shutdown_timeout: float) -> None:
         super().__init__(config)
-        self.ctx = ctx
+        self.drain = drain
+        self.engine = engine
         self.shutdown_timeout = shutdown_timeout
 
     def handle_exit(self, sig: int, frame: Any) -> None:
@@ -138,7 +133,7 @@ class GracefulServer(uvicorn.Server):
     async def shutdown(self, sockets: Any = None) -> None:
         for server in self.servers:  # stop accepting before anything else
             server.close()
-        drain = self.ctx.service(drain_of)
+        drain = self.drain
         drain.draining = True
         log.info("draining: %d request(s) in flight, up to %g s (a second signal quits at once)",
                  drain.in_flight, self.shutdown_timeout)
@@ -147,8 +142,8 @@ class GracefulServer(uvicorn.Server):
                 log.warning("second signal: ending %d request(s) in flight now", drain.in_flight)
             else:
                 log.warning("shutdown timeout: ending %d request(s) still in flight", drain.in_flight)
-            if self.ctx.engine is not None:
-                await self.ctx.engine.close()  # every generation still running ends with EngineShutDown
+            if self.engine is not None:
+                await self.engine.close()  # every generation still running ends with EngineShutDown
             await self._idle_or_forced(drain, WIND_DOWN_S)
         await asyncio.sleep(FLUSH_S)  # the last frames and events leave before connections close
         # uvicorn's own end, never its forced form: that skips the lifespan's end, whose task is then

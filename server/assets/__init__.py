@@ -10,16 +10,17 @@
   chat template) on the qwen2.5 tokenizer (``server/assets/tiny_vl.py``).
 
 Importing this package is cheap: torch and transformers are imported only while building.
+``tokenwire assets`` is ``server/assets/cli.py``.
 """
 
 from __future__ import annotations
 
-import argparse
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
+from server.assets import models, tokenizers
 from server.assets.cache import (
     Check,
     asset_path,
@@ -34,7 +35,7 @@ from server.assets.cache import (
 )
 from server.assets.downloads import DownloadError
 
-__all__ = ["ASSETS", "DEFAULT_MODEL", "AssetSpec", "DownloadError", "cache_dir", "cli_main", "ensure",
+__all__ = ["ASSETS", "DEFAULT_MODEL", "AssetSpec", "DownloadError", "cache_dir", "ensure",
            "ensure_default_model", "status"]
 
 DEFAULT_MODEL = "smollm2-135m-instruct"
@@ -49,13 +50,9 @@ class AssetSpec:
 
     def build(self, out: Path) -> None:
         if self.kind == "tokenizer":
-            from server.assets import tokenizers
-
             tokenizers.build(self.name, out)
         else:
-            from server.assets import models
-
-            models.build(self.name, out)
+            models.build(self.name, out, ensure)
 
 
 ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
@@ -118,14 +115,3 @@ def ensure(name: str, *, on_build: Callable[[str], None] | None = None) -> Path:
 def ensure_default_model() -> Path:
     """The default model's directory (SmolLM2-135M-Instruct), built on first use."""
     return ensure(DEFAULT_MODEL)
-
-
-def cli_main(args: argparse.Namespace) -> int:
-    """``tokenwire assets [--list] [--only NAME ...] [--cache-dir DIR]``.
-
-    ``--list`` prints one line per asset: name, kind, state (built, missing, partial, stale,
-    corrupt) and path. Otherwise builds the named assets (default: all), with progress on stderr.
-    """
-    from server.assets.cli import main
-
-    return main(args)

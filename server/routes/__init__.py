@@ -1,31 +1,5 @@
-"""HTTP routes, one module per concern. Each module exposes ``routes() -> list[Route]``; the app
-registers those whose group the gating enables (``server.app``), and the OpenAPI document is
-built from the same list, so the spec and the server cannot disagree about which routes exist."""
-
-from __future__ import annotations
-
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from typing import Any
-
-from starlette.requests import Request
-from starlette.responses import Response
-
-from server.gating import RouteGroup
-
-Endpoint = Callable[[Request], Awaitable[Response]]
-
-
-@dataclass(frozen=True, slots=True)
-class Route:
-    path: str
-    endpoint: Endpoint
-    group: RouteGroup
-    methods: tuple[str, ...] = ("POST",)
-    summary: str = ""
-    request_model: Any = None  # a pydantic model (or TypeAdapter-able type) for the body
-    response_model: Any = None  # the JSON answer's model
-    streams: bool = False  # answers text/event-stream when the body says stream: true
-    tags: tuple[str, ...] = ()
-    responses: tuple[tuple[int, str, Any], ...] = ()  # other JSON answers: (status, description, model)
-    content_type: str | None = None  # the media type of a non-JSON answer (e.g. text/plain)
+"""HTTP routes, one module per concern. Each module exposes ``routes() -> list[server.routing.Route]``;
+``server/app.py`` lists the modules explicitly and registers the routes whose group the gating
+enables. A route module takes what it serves from the process's services (``server/services.py``,
+built once at start-up) and imports no other route module; nothing outside ``server/routes/`` but
+the app imports one (tests/unit/test_import_rules.py)."""

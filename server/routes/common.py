@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import time
-from importlib import metadata
 from typing import Literal
 
 from pydantic import BaseModel
@@ -12,16 +11,12 @@ from starlette.responses import Response
 
 from server.gating import RouteGroup
 from server.http import json_response
-from server.routes import Route
+from server.openapi import build_openapi
+from server.routing import Route
+from server.services import ctx_of, routes_of
+from server.settings import package_version
 
 _STARTED = int(time.time())
-
-
-def package_version() -> str:
-    try:
-        return metadata.version("tokenwire")
-    except metadata.PackageNotFoundError:
-        return "0+unknown"
 
 
 class HealthResponse(BaseModel):
@@ -53,8 +48,6 @@ class VersionResponse(BaseModel):
 
 
 async def health(request: Request) -> Response:
-    from server.app import ctx_of
-
     ctx = ctx_of(request)
     engine = ctx.engine
     status, detail, engine_kind, live = "ok", "", None, None
@@ -70,8 +63,6 @@ async def health(request: Request) -> Response:
 
 
 async def models(request: Request) -> Response:
-    from server.app import ctx_of
-
     ctx = ctx_of(request)
     card = ModelCard(id=ctx.model_name, created=_STARTED, root=str(ctx.settings.model_dir),
                      max_model_len=ctx.max_model_len)
@@ -83,10 +74,7 @@ async def version(request: Request) -> Response:
 
 
 async def openapi(request: Request) -> Response:
-    from server.app import ctx_of, enabled_routes
-    from server.openapi import build_openapi
-
-    return json_response(build_openapi(enabled_routes(ctx_of(request)), version=package_version()))
+    return json_response(build_openapi(list(routes_of(request)), version=package_version()))
 
 
 def routes() -> list[Route]:

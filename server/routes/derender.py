@@ -16,11 +16,9 @@ they cost tens of microseconds, less than a thread hop. Bodies over
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import anyio.to_thread
@@ -28,12 +26,11 @@ import orjson
 from starlette.requests import Request
 from starlette.responses import Response
 
-from server import metrics
-from server.context import ServerContext
 from server.gating import RouteGroup
 from server.http import read_json, validate
-from server.routes import Route
-from session.derender import INLINE_BODY_BYTES, DerenderService, resolve_parsers
+from server.routing import Route
+from server.services import services_of
+from session.derender import INLINE_BODY_BYTES, DerenderService
 from session.protocol.openai_responses import (
     ChatCompletionResponse,
     CompletionResponse,
@@ -44,62 +41,14 @@ from session.protocol.openai_responses import (
     DerenderCompletionStreamRequest,
     DerenderCompletionStreamResponse,
 )
-from session.state import StateCodec
 
 log = logging.getLogger("tokenwire")
 
 
-def state_codec_of(ctx: ServerContext) -> StateCodec:
-    """The process's state codec (a ``ctx.service`` factory): ``--state-secret`` /
-    ``TOKENWIRE_STATE_SECRET`` (and the previous secret while rotating), else a random per-process
-    secret and a WARNING."""
-    return StateCodec.from_secret(ctx.settings.state_secret, previous=ctx.settings.previous_state_secret)
-
-
-def model_vocab_size(model_dir: Path) -> int | None:
-    """The model's ``vocab_size`` from its ``config.json`` (a vision-language model's
-    ``text_config``), or None without one. Real models pad it past the tokenizer's ids; those
-    extra ids are valid output ids that decode to nothing."""
-    try:
-        config = json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    if not isinstance(config, dict):
-        return None
-    text = config.get("text_config")
-    for section in (config, text if isinstance(text, dict) else {}):
-        value = section.get("vocab_size")
-        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
-            return value
-    return None
-
-
-def derender_service_of(ctx: ServerContext) -> DerenderService:
-    """The process's derender service (a ``ctx.service`` factory): the model's tokenizer, the
-    configured parsers, the state codec and the model's ``vocab_size`` (the bound on token ids).
-    Shared by the HTTP routes and WebSocket frames."""
-    s = ctx.settings
-    parsers = resolve_parsers(s.tool_call_parser, s.reasoning_parser,
-                              enable_auto_tool_choice=s.enable_auto_tool_choice)
-    service = DerenderService(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
-                              parsers=parsers, codec=ctx.service(state_codec_of),
-                              vocab_size=model_vocab_size(s.model_dir))
-    return metrics.time_methods(service, metrics.DERENDER_SECONDS,  # type: ignore[no-any-return]
-                                ("chat", "chat_stream", "completion", "completion_stream"))  # step calls *_stream
-
-
-def prepare(ctx: ServerContext) -> None:
-    """At app creation (before serving): build the service, so unknown parser names fail startup
-    (``ValueError``: the CLI prints it and exits) and a missing ``--state-secret`` is warned about
-    now, not at the first request."""
-    if RouteGroup.DERENDER in ctx.gating:
-        ctx.service(derender_service_of)
-
-
-def _ctx(request: Request) -> ServerContext:
-    from server.app import ctx_of
-
-    return ctx_of(request)
+def _service(request: Request) -> DerenderService:
+    service = services_of(request).derender
+    assert service is not None, "built at start-up wherever these routes are served (server/services.py)"
+    return service
 
 
 async def _run(request: Request, work: Callable[[], dict[str, Any]]) -> Response:
@@ -112,9 +61,8 @@ async def _run(request: Request, work: Callable[[], dict[str, Any]]) -> Response
 
 
 async def derender_chat(request: Request) -> Response:
-    ctx = _ctx(request)
     raw = await read_json(request)
-    service = ctx.service(derender_service_of)  # built by prepare() at startup
+    service = _service(request)
 
     def work() -> dict[str, Any]:
         if raw.get("stream") is True:
@@ -125,9 +73,8 @@ async def derender_chat(request: Request) -> Response:
 
 
 async def derender_completion(request: Request) -> Response:
-    ctx = _ctx(request)
     raw = await read_json(request)
-    service = ctx.service(derender_service_of)  # built by prepare() at startup
+    service = _service(request)
 
     def work() -> dict[str, Any]:
         if raw.get("stream") is True:

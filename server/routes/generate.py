@@ -43,14 +43,13 @@ from server.context import ServerContext
 from server.errors import ApiError, openai_error_body, to_api_error
 from server.gating import RouteGroup
 from server.http import GONE, json_response, parse_body, until_disconnect
-from server.routes import Route
+from server.routing import Route
+from server.services import ctx_of
 
 log = logging.getLogger("tokenwire.generate")
 
 
 def _ctx(request: Request) -> ServerContext:
-    from server.app import ctx_of
-
     return ctx_of(request)
 
 
@@ -218,4 +217,3 @@ def routes() -> list[Route]:
               summary="Engine counters: running, waiting and live sequences, KV memory, dtype",
               tags=("generate",)),
     ]
-

@@ -5,13 +5,12 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
+from server import metrics as m
 from server.gating import RouteGroup
-from server.routes import Route
+from server.routing import Route
 
 
 async def metrics(request: Request) -> Response:
-    from server import metrics as m
-
     return Response(m.exposition(), media_type=m.CONTENT_TYPE)
 
 

@@ -19,8 +19,8 @@ from starlette.responses import Response, StreamingResponse
 from server.errors import error_response
 from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
-from server.pipeline import pipeline_of
-from server.routes import Route
+from server.routing import Route
+from server.services import services_of
 from session.client_frames import Kind
 from session.derender.anthropic_out import sse_event
 from session.protocol.anthropic import MessagesRequest
@@ -53,9 +53,7 @@ class AnthropicMessage(BaseModel):
 
 
 async def _serve(request: Request, kind: Kind) -> Response:
-    from server.app import ctx_of
-
-    pipeline = ctx_of(request).service(pipeline_of)
+    pipeline = services_of(request).pipeline
     body = await read_json(request)
     if not body.get("stream"):
         answer = await until_disconnect(request, pipeline.complete(kind, body))

@@ -14,7 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from server.gating import RouteGroup
-from server.routes import Endpoint, Route
+from server.routing import Endpoint, Route
 
 WEB_DIR = Path(__file__).resolve().parents[2] / "client_sdk" / "web"
 MEDIA_TYPES = {".html": "text/html; charset=utf-8", ".js": "text/javascript; charset=utf-8",

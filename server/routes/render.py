@@ -8,10 +8,9 @@ class: a short chat renders in about 0.15-0.3 ms, a 1 KiB one in about 0.5 ms, w
 through ``anyio.to_thread`` added about 0.3 ms of p50 latency and halved requests/s at
 concurrency 1; see docs/render.md).
 
-The per-process :class:`~session.render.Renderer` is built once through
-``ctx.service(renderer_of)`` -- at startup when the app calls :func:`prepare`, else on a worker
-thread by the first request (it copies the tokenizer and compiles the template). Errors are
-raised and translated once, in ``server.errors``.
+The per-process :class:`~session.render.Renderer` is built once, at start-up
+(``server/services.py``: it copies the tokenizer and compiles the template). Errors are raised and
+translated once, in ``server.errors``.
 """
 
 from __future__ import annotations
@@ -26,53 +25,21 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.protocol import GenerateRequest
-from server import metrics
-from server.context import ServerContext
 from server.gating import RouteGroup
 from server.http import read_json, validate
-from server.routes import Route
+from server.routing import Route
+from server.services import services_of
 from session.protocol import ChatCompletionRequest, CompletionRequest, MessagesRequest
 from session.render import Renderer
-from session.render.vision import Vision
 
 INLINE_MAX_BODY_BYTES = 1024
 
 M = TypeVar("M", bound=BaseModel)
 
 
-def renderer_of(ctx: ServerContext) -> Renderer:
-    """The process's renderer (a ``ctx.service`` factory): the model's tokenizer, its chat
-    template or ``--chat-template``, the tool-choice flags, and its image processor when the model
-    takes images."""
-    s = ctx.settings
-    renderer = Renderer(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
-                        chat_template=s.chat_template, tool_call_parser=s.tool_call_parser,
-                        enable_auto_tool_choice=s.enable_auto_tool_choice,
-                        vision=Vision.load(s.model_dir, ctx.tokenizer))
-    return metrics.time_methods(renderer, metrics.RENDER_SECONDS,  # type: ignore[no-any-return]
-                                ("render_chat", "render_completion", "render_messages"))
-
-
-def prepare(ctx: ServerContext) -> None:
-    """Build the renderer before serving: the first request does not pay for it, and a
-    ``--chat-template`` that does not compile stops startup (a ``ValueError``)."""
-    ctx.service(renderer_of)
-
-
-async def _renderer(request: Request) -> Renderer:
-    state = request.app.state
-    renderer: Renderer | None = getattr(state, "renderer", None)
-    if renderer is None:
-        from server.app import ctx_of
-
-        renderer = await anyio.to_thread.run_sync(ctx_of(request).service, renderer_of)
-        state.renderer = renderer
-    return renderer
-
-
 async def _render(request: Request, model: type[M], work: Callable[[Renderer, M], Any]) -> Response:
     req = validate(model, await read_json(request))
-    renderer = await _renderer(request)
+    renderer = services_of(request).renderer
     if len(await request.body()) <= INLINE_MAX_BODY_BYTES:
         result = work(renderer, req)
     else:

@@ -22,21 +22,21 @@ import orjson
 
 from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest
-from server.context import ServerContext
-from server.pipeline import Pipeline, pipeline_of
+from server.pipeline import Pipeline
 from server.pipeline_stream import PipelineStream
 from server.pipeline_stream import StreamEvent as PipelineEvent
-from server.routes.derender import derender_service_of
 from server.ws.work import StreamEvent
 from session.client_frames import Kind
-from session.derender import INLINE_BODY_BYTES
+from session.derender import INLINE_BODY_BYTES, DerenderService
 
 
 class PipelineStages:
-    def __init__(self, ctx: ServerContext) -> None:
+    """Built once, at start-up, by ``server/services.py``; ``derender`` is None where the derender
+    frames are not served (the session refuses those frames before they get here)."""
 
-        self.ctx = ctx
-        self.pipeline = ctx.service(pipeline_of)
+    def __init__(self, pipeline: Pipeline, derender: DerenderService | None) -> None:
+        self.pipeline = pipeline
+        self.derender = derender
 
     async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]:
         return await self.pipeline.render(kind, body)
@@ -45,7 +45,8 @@ class PipelineStages:
         return self.pipeline.generate(request)
 
     async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
-        service = self.ctx.service(derender_service_of)
+        service = self.derender
+        assert service is not None, "derender frames are gated with the derender routes"
         if len(orjson.dumps(body)) > INLINE_BODY_BYTES:
             return await anyio.to_thread.run_sync(lambda: service.step(kind, body, now=int(time.time())))
         return service.step(kind, body, now=int(time.time()))
@@ -101,8 +102,3 @@ class SessionStream:
 
 def _session_event(event: PipelineEvent, stream_id: str | None) -> StreamEvent:
     return StreamEvent(event.payload, event.checkpoint, event.output_token_ids, stream_id)
-
-
-def stages_of(ctx: ServerContext) -> PipelineStages:
-    """The process's session stages (a ``ctx.service`` factory)."""
-    return PipelineStages(ctx)

@@ -19,7 +19,7 @@ from server.app import _wrap
 from server.gating import RouteGroup
 from server.http import read_json
 from server.limits import Limiter, LimitMiddleware
-from server.routes import Route as TwRoute
+from server.routing import Route as TwRoute
 
 
 async def echo(request: Request) -> Response:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
-from typing import Any
+from dataclasses import dataclass, field, replace
+from typing import Any, cast
 
 import anyio
 import pytest
@@ -16,7 +16,9 @@ from engine.protocol import GenerateRequest, SamplingParams, UsageInfo
 from server.app import create_app
 from server.context import ServerContext
 from server.gating import Gating, RouteGroup
+from server.services import build_services
 from server.settings import Mode, Settings
+from server.ws.work import Stages
 from server.ws.work import StreamEvent as Event
 from session.errors import RenderError, StateError
 from tests.conftest import asset_path, tokenizer_of
@@ -114,7 +116,8 @@ def make_ctx(*, groups: frozenset[RouteGroup] = ALL_GROUPS, **settings: Any) -> 
 def session_client(monkeypatch: pytest.MonkeyPatch, pipeline: FakePipeline | None = None,
                    **ctx_args: Any) -> Iterator[tuple[TestClient, FakePipeline]]:
     pipeline = pipeline or FakePipeline()
-    monkeypatch.setattr("server.ws.endpoint.resolve_stages", lambda ctx: pipeline)
-    app = create_app(make_ctx(**ctx_args))
+    ctx = make_ctx(**ctx_args)
+    # the fake in place of the real stages (a scripted stand-in: its streams are async generators)
+    app = create_app(ctx, replace(build_services(ctx), stages=cast(Stages, pipeline)))
     with TestClient(app) as client:
         yield client, pipeline

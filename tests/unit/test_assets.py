@@ -282,7 +282,7 @@ def test_tiny_model_loads_and_generates_deterministically(
 
 def test_tiny_model_weights_are_reproducible(asset: Callable[[str], Path], tmp_path: Path) -> None:
     directory = asset("tiny-qwen3")
-    models.build_tiny(models.TINY["tiny-qwen3"], tmp_path)
+    models.build_tiny(models.TINY["tiny-qwen3"], tmp_path, asset)
     rebuilt = asset_cache.sha256_file(tmp_path / "model.safetensors")
     assert rebuilt == asset_cache.sha256_file(directory / "model.safetensors")
 

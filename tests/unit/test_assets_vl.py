@@ -48,6 +48,6 @@ def test_the_chat_template_renders_qwen2_vl_prompts(tokenizer: Callable[[str], A
 
 def test_the_weights_are_reproducible(asset: Callable[[str], Path], tmp_path: Path) -> None:
     directory = asset(VL_MODEL)
-    tiny_vl.build(tmp_path)
+    tiny_vl.build(tmp_path, asset)
     for name in ("model.safetensors", "config.json", "preprocessor_config.json", "chat_template.jinja"):
         assert asset_cache.sha256_file(tmp_path / name) == asset_cache.sha256_file(directory / name), name

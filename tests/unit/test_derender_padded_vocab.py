@@ -17,7 +17,7 @@ import orjson
 import pytest
 
 from engine.protocol import GenerateChoice, GenerateResponse
-from server.routes.derender import model_vocab_size
+from server.context import model_vocab_size
 from session.derender import (
     DerenderService,
     assemble_message,

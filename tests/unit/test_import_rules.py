@@ -17,9 +17,11 @@ import ast
 import subprocess
 import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("server", "session", "engine", "client_sdk", "bench")
 
 
 def _modules(package: str) -> Iterator[Path]:
@@ -87,7 +89,8 @@ def test_only_the_pipeline_module_chains_render_and_derender() -> None:
             n.startswith("session.derender") for n in names
         ):
             chains.append(path.relative_to(ROOT).as_posix())
-    assert set(chains) <= {"server/pipeline.py"}
+    # server/services.py builds the renderer and the derender service (once, at start-up), chaining neither
+    assert set(chains) <= {"server/pipeline.py", "server/services.py"}
 
 
 def test_server_modules_only_import_torch_through_the_local_engine() -> None:
@@ -98,13 +101,10 @@ def test_the_render_server_imports_and_builds_without_torch() -> None:
     # `launch render` marks torch as absent before anything imports transformers; every module the
     # render server may load must then import cleanly (an `import torch` anywhere would fail here).
     code = (
-        "import sys, importlib\n"
+        "import sys\n"
         "from server.cli import keep_torch_out\n"
         "keep_torch_out()\n"
-        "import server.app as app\n"
-        "for name in app.ROUTE_MODULES + app.WEBSOCKET_MODULES:\n"
-        "    importlib.import_module(name)\n"
-        "import server.context, server.gating, server.runner, transformers\n"
+        "import server.app, server.services, server.context, server.gating, server.runner, transformers\n"
         "from transformers import AutoTokenizer\n"
         "assert sys.modules['torch'] is None\n"
         "print('ok')\n"
@@ -166,3 +166,221 @@ def test_local_engine_is_loaded_on_first_access_and_other_names_are_attribute_er
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False True module 'engine.local' has no attribute 'NoSuchName'"
+
+
+
+# --- the module graph: cycles, route imports, imports inside functions ------------------------------------
+
+# Imports inside functions that server/ keeps, each for a reason: (file, imported module) → why. All
+# are of the model stack (torch, transformers, gguf), which start-up and `launch render` must not pay for.
+LAZY_IMPORTS = {
+    ("server/context.py", "transformers"): "loads the tokenizer; `launch render` marks torch absent first "
+                                           "(server/cli.py keep_torch_out), which must run before transformers loads",
+    ("server/context.py", "engine.local"): "the local engine: the only place the server imports torch",
+    ("server/cli.py", "server.runner"): "the whole server (transformers; torch under `serve`), after keep_torch_out()",
+    ("server/assets/models.py", "torch"): "builds a model asset: torch only while building",
+    ("server/assets/models.py", "transformers"): "builds a model asset: transformers (torch) only while building",
+    ("server/assets/tiny_vl.py", "torch"): "builds the tiny vision model: torch only while building",
+    ("server/assets/tiny_vl.py", "transformers"): "builds the tiny vision model: transformers only while building",
+    ("server/assets/tokenizers.py", "transformers"): "builds a tokenizer asset: transformers only while building",
+    ("server/assets/tokenizers.py", "gguf"): "reads a GGUF vocabulary while building a tokenizer asset (gguf "
+                                             "loads numpy: half a second, for `tokenwire --help` too)",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class _Import:
+    importer: str  # dotted module name
+    path: str  # its file, relative to ROOT
+    target: str  # the dotted name imported (a module, or module.attribute)
+    line: int
+    in_function: bool
+    type_checking: bool
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _project_files() -> dict[str, Path]:
+    return {_module_name(p): p for pkg in PACKAGES for p in _modules(pkg)}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def _all_imports(path: Path, source: str | None = None) -> Iterator[_Import]:
+    module = _module_name(path)
+    is_pkg = path.name == "__init__.py"
+    rel = path.relative_to(ROOT).as_posix()
+    package = module if is_pkg else module.rpartition(".")[0]
+
+    def visit(node: ast.AST, in_function: bool, type_checking: bool) -> Iterator[_Import]:
+        for child in ast.iter_child_nodes(node):
+            if isinstance(child, ast.Import):
+                for alias in child.names:
+                    yield _Import(module, rel, alias.name, child.lineno, in_function, type_checking)
+            elif isinstance(child, ast.ImportFrom):
+                if child.level:
+                    base = package.split(".")
+                    base = base[: len(base) - child.level + 1]
+                    source = ".".join([*base, child.module] if child.module else base)
+                else:
+                    source = child.module or ""
+                for alias in child.names:
+                    yield _Import(module, rel, f"{source}.{alias.name}", child.lineno, in_function, type_checking)
+            elif isinstance(child, ast.If) and _is_type_checking(child.test):
+                for stmt in child.body:
+                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), in_function, True)
+                for stmt in child.orelse:
+                    yield from visit(ast.Module(body=[stmt], type_ignores=[]), in_function, type_checking)
+            else:
+                nested = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef | ast.Lambda)
+                yield from visit(child, in_function or nested, type_checking)
+
+    text = path.read_text() if source is None else source
+    yield from visit(ast.parse(text, filename=rel), False, False)
+
+
+def _resolve(target: str, modules: dict[str, Path]) -> str | None:
+    """The project module an imported name loads: the longest module prefix of ``target``
+    (``from a.b import c`` is the module ``a.b.c`` when it is one, else ``a.b``)."""
+    parts = target.split(".")
+    for n in range(len(parts), 0, -1):
+        name = ".".join(parts[:n])
+        if name in modules:
+            return name
+    return None
+
+
+def _graph() -> tuple[dict[str, set[str]], dict[tuple[str, str], _Import]]:
+    """Module → the project modules its runtime imports load: each named module, and the parent
+    packages importing it runs first (except the importer's own, which are already running; a
+    module that names its own package depends on it). ``if TYPE_CHECKING:`` imports do not run."""
+    modules = _project_files()
+    edges: dict[str, set[str]] = {m: set() for m in modules}
+    where: dict[tuple[str, str], _Import] = {}
+    for module, path in modules.items():
+        own_parents = {".".join(module.split(".")[:n]) for n in range(1, module.count(".") + 1)}
+        for imp in _all_imports(path):
+            if imp.type_checking:
+                continue
+            target = _resolve(imp.target, modules)
+            if target is None:
+                continue
+            parts = target.split(".")
+            implied = [".".join(parts[:n]) for n in range(1, len(parts))]  # run first, unless already running
+            for name in [n for n in implied if n not in own_parents] + [target]:
+                if name != module and name in modules:
+                    edges[module].add(name)
+                    where.setdefault((module, name), imp)
+    return edges, where
+
+
+def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected components with more than one module (Tarjan)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    out: list[list[str]] = []
+
+    def strong(v: str) -> None:
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(edges[v]):
+            if w not in index:
+                strong(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                out.append(sorted(component))
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for v in sorted(edges):
+        if v not in index:
+            strong(v)
+    return out
+
+
+def test_the_project_has_no_import_cycles() -> None:
+    edges, where = _graph()
+    report = []
+    for component in _cycles(edges):
+        members = set(component)
+        lines = [f"  {where[(a, b)].path}:{where[(a, b)].line} {a} -> {b}"
+                 + (" (inside a function)" if where[(a, b)].in_function else "")
+                 for a in component for b in sorted(edges[a] & members)]
+        report.append("cycle among " + ", ".join(component) + ":\n" + "\n".join(lines))
+    assert report == [], "\n".join(report)
+
+
+def test_the_graph_sees_imports_inside_functions_and_skips_type_checking_blocks() -> None:
+    # The checks here are only as good as the parser: it must find a function-level import and
+    # resolve a relative one, and must not count one under TYPE_CHECKING.
+    src = ("from typing import TYPE_CHECKING\nfrom . import sibling\nif TYPE_CHECKING:\n    import typed.only\n"
+           "def f():\n    import lazy.one\n    return lazy\n")
+    found = {(i.target, i.in_function, i.type_checking)
+             for i in _all_imports(ROOT / "server" / "ws" / "probe.py", source=src)}
+    assert ("server.ws.sibling", False, False) in found
+    assert ("typed.only", False, True) in found
+    assert ("lazy.one", True, False) in found
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+    assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_only_the_app_imports_route_modules() -> None:
+    modules = _project_files()
+    offenders = []
+    for path in modules.values():
+        rel = path.relative_to(ROOT).as_posix()
+        if rel.startswith("server/routes/") or rel == "server/app.py":
+            continue
+        for imp in _all_imports(path):
+            target = _resolve(imp.target, modules) or ""
+            if target == "server.routes" or target.startswith("server.routes."):
+                offenders.append(f"{rel}:{imp.line} imports {imp.target}")
+    assert offenders == []
+
+
+def test_route_modules_import_no_other_route_module() -> None:
+    modules = _project_files()
+    offenders = []
+    for module, path in modules.items():
+        if not module.startswith("server.routes."):
+            continue
+        for imp in _all_imports(path):
+            target = _resolve(imp.target, modules) or ""
+            if target.startswith("server.routes") and target != module:
+                offenders.append(f"{path.relative_to(ROOT).as_posix()}:{imp.line} imports {imp.target}")
+    assert offenders == []
+
+
+def test_server_imports_inside_functions_only_the_named_lazy_torch_imports() -> None:
+    found = set()
+    offenders = []
+    for path in _modules("server"):
+        for imp in _all_imports(path):
+            if not imp.in_function or imp.type_checking:
+                continue
+            key = next(((imp.path, m) for m in (imp.target.split(".")[0], imp.target.rpartition(".")[0], imp.target)
+                        if (imp.path, m) in LAZY_IMPORTS), None)
+            if key is None:
+                offenders.append(f"{imp.path}:{imp.line} imports {imp.target} inside a function")
+            else:
+                found.add(key)
+    assert offenders == []
+    assert set(LAZY_IMPORTS) - found == set(), "allow-list entries that match nothing: drop them"
