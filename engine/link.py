@@ -273,16 +273,20 @@ class _Link:
             call.outbox.push(error)
 
     async def _read(self) -> None:
-        from websockets.exceptions import WebSocketException
+        from websockets.exceptions import ConnectionClosedOK, WebSocketException
 
+        recv = self.ws.recv
         try:
-            async for message in self.ws:
-                frame = orjson.loads(message)
+            while True:
+                # bytes, not str: orjson parses UTF-8 bytes about twice as fast, and no str is built
+                frame = orjson.loads(await recv(decode=False))
                 if frame.get("type") == "batch":
                     for inner in frame.get("frames") or ():
                         self._dispatch(inner)
                 else:
                     self._dispatch(frame)
+        except ConnectionClosedOK:
+            pass  # the engine closed the socket cleanly (a drain, a shutdown)
         except (OSError, WebSocketException, orjson.JSONDecodeError, ValidationError, AttributeError,
                 TypeError, KeyError) as exc:
             # a replica that dies or drains ends its links: one line, no traceback
