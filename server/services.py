@@ -36,10 +36,6 @@ from session.render import Renderer
 from session.render.vision import Vision
 from session.state import StateCodec
 
-# Derender bodies (HTTP routes and WebSocket frames) above this many bytes are validated and
-# derendered on a worker thread; smaller ones cost less than the thread hop.
-INLINE_BODY_BYTES = 16 * 1024
-
 # Which route group enables which WebSocket request frame (the same gating as the HTTP routes).
 FRAMES_BY_GROUP = {
     RouteGroup.RENDER: ("render",),
