@@ -18,8 +18,9 @@ engine stream that can hand its outputs over on the event loop (the engine link)
 :meth:`PipelineStream.listen` runs ``feed`` inside the engine's own delivery and reports the
 events at once, so no task is woken per request per engine step.
 
-Leaving a stream early (client gone, ``cancel``) closes the engine iterator, which aborts the
-request at the engine and frees its memory.
+Leaving a stream early (client gone, ``cancel``) closes its engine streams, which aborts the
+requests at the engine and frees their memory (``EngineStream.aclose``, docs/engine.md "Closing a
+stream"). What a non-streaming answer's engine outputs add up to is ``server.generate_output``'s.
 
 Resumable streams (WebSocket): with ``checkpoints=True`` every event carries a signed checkpoint
 of the derender state and the output token ids it covers. The checkpoint holds the count and a
@@ -36,16 +37,17 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import anyio.to_thread
 
 from engine.errors import EngineUnavailable
-from engine.interface import Engine, EngineOutput
-from engine.protocol import GenerateRequest, GenerateResponse, UsageInfo
+from engine.interface import Engine, EngineStream
+from engine.protocol import GenerateRequest, GenerateResponse
 from server import metrics
 from server.context import ServerContext
+from server.generate_output import GenerateOutputs
 from server.http import validate
 from server.pipeline_stream import (
     OutputDigest,
@@ -109,7 +111,7 @@ class Pipeline:
         msgs = validate(MessagesRequest, body)
         return [await anyio.to_thread.run_sync(self.renderer.render_messages, msgs)]
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: GenerateRequest) -> EngineStream:
         return metrics.generate(self.engine, request)
 
     # --- whole pipelines ----------------------------------------------------------------------
@@ -179,37 +181,21 @@ class Pipeline:
         """Run one engine request to the end (stopping early when derender sees a stop string)
         and return its whole response for the non-streaming derender."""
         n = req.sampling_params.n
-        ids: dict[int, list[int]] = {i: [] for i in range(n)}
-        logprobs: dict[int, list[Any]] = {i: [] for i in range(n)}
-        finish: dict[int, tuple[str | None, Any]] = {}
+        outputs = GenerateOutputs(req, req.request_id or "")
         watch = _StopWatch(d) if req.sampling_params.stop else None
-        usage: UsageInfo | None = None
-        agen = metrics.generate(self.engine, req)
+        stream = metrics.generate(self.engine, req)
         try:
-            async for out in agen:
-                for c in out.choices:
-                    ids[c.index].extend(c.token_ids)
-                    if c.logprobs:
-                        logprobs[c.index].extend(c.logprobs)
-                    if c.finish_reason is not None:
-                        finish[c.index] = (c.finish_reason, c.stop_reason)
-                    if watch is not None and watch.stopped(c.index, c.token_ids):
-                        # derender finds the same stop string and reports it; "length" only says
-                        # the engine did not end on an eos token (which derender would drop).
-                        finish.setdefault(c.index, ("length", None))
-                usage = out.usage or usage
-                if len(finish) == n:
+            async for out in stream:
+                outputs.add(out)
+                if watch is not None:
+                    for c in out.choices:
+                        if watch.stopped(c.index, c.token_ids):
+                            outputs.stop(c.index)  # derender finds the same stop string and reports it
+                if outputs.finished() == n:
                     break
         finally:
-            await agen.aclose()
-        choices = []
-        for i in range(n):
-            reason, stop_reason = finish.get(i, ("abort", None))
-            choices.append({"index": i, "finish_reason": reason, "stop_reason": stop_reason,
-                            "token_ids": ids[i],
-                            "logprobs": {"content": logprobs[i]} if logprobs[i] else None})
-        return GenerateResponse.model_validate({"request_id": req.request_id or "", "model": self.ctx.model_name,
-                                                "choices": choices, "usage": usage})
+            await stream.aclose()
+        return outputs.response(self.ctx.model_name, n=n)
 
     def _binding(self, prep: _Prepared, index: int) -> StateBinding:
         req = prep.requests[0]
@@ -295,3 +281,4 @@ class _StopWatch:
         if stream is None:
             stream = self.streams[index] = ChoiceStream.new(self.spec, index)
         return bool(stream.push(token_ids).stop_engine)
+

@@ -8,8 +8,11 @@ event with ``choices: []``, then ``data: [DONE]``.
 
 A client that goes away mid-request has its generation aborted: for SSE, Starlette cancels the
 stream when the client disconnects; for JSON, :func:`server.http.until_disconnect` watches the socket
-while the engine works. Engine errors raised before the first token are HTTP errors (translated
-once in ``server.errors``); an error after the stream started is an SSE ``error`` event.
+while the engine works; either way the engine stream is closed on the way out, which aborts the
+request (``EngineStream.aclose``, docs/engine.md "Closing a stream"). Engine errors raised before
+the first token are HTTP errors (translated once in ``server.errors``); an error after the stream
+started is an SSE ``error`` event. What the outputs become is ``server.generate_output``'s, the SSE
+bytes ``server.sse``'s.
 
 ``/abort_requests`` (``{"request_ids": [...]}``) answers 200 with an empty body, also for
 unknown ids; it exists in ``--tokens-only`` mode only (vLLM 0.32 also serves it under
@@ -22,29 +25,20 @@ import logging
 import secrets
 from collections.abc import AsyncIterator
 
-import anyio
-import orjson
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
-from engine.interface import Engine, EngineOutput
-from engine.protocol import (
-    AbortRequest,
-    ChoiceLogprobs,
-    GenerateChoice,
-    GenerateRequest,
-    GenerateResponse,
-    GenerateStreamResponse,
-    UsageInfo,
-    generate_response_id,
-)
+from engine.interface import Engine, EngineOutput, EngineStream
+from engine.protocol import AbortRequest, GenerateRequest, GenerateResponse, generate_response_id
 from server import metrics
 from server.context import ServerContext
 from server.errors import ApiError, openai_error_body, to_api_error
 from server.gating import RouteGroup
+from server.generate_output import GenerateOutputs
 from server.http import GONE, json_response, parse_body, until_disconnect
 from server.routing import Route
 from server.services import ctx_of
+from server.sse import DONE, sse
 
 log = logging.getLogger("tokenwire.generate")
 
@@ -70,120 +64,63 @@ async def generate(request: Request) -> Response:
     if req.request_id is None:
         req = req.model_copy(update={"request_id": secrets.token_hex(8)})
     assert req.request_id is not None
-    response_id = generate_response_id(req.request_id)
-    outputs = metrics.generate(engine, req)
+    outputs = GenerateOutputs(req, generate_response_id(req.request_id))
+    stream = metrics.generate(engine, req)
     if req.stream:
         # Wait for the first step before sending headers, so admission and validation errors are
         # still plain HTTP errors; a client that leaves meanwhile aborts the request.
-        first = await until_disconnect(request, _first(outputs))
+        first = await until_disconnect(request, _first(stream))
         if first is GONE:
-            await _close(outputs)
+            await stream.aclose()
             return Response(status_code=499)
-        return StreamingResponse(_sse(outputs, first, req, response_id), media_type="text/event-stream",
+        return StreamingResponse(_sse(stream, first, req, outputs), media_type="text/event-stream",
                                  headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
-    collected = await until_disconnect(request, _collect(outputs))
+    collected = await until_disconnect(request, _collect(stream, outputs))
     if collected is GONE:  # the client left; the engine request was aborted on the way out
         return Response(status_code=499)
-    return json_response(_response(collected, req, response_id, ctx.model_name))
+    return json_response(outputs.response(ctx.model_name))
 
 
-
-
-async def _first(outputs: AsyncIterator[EngineOutput]) -> EngineOutput | None:
+async def _first(stream: EngineStream) -> EngineOutput | None:
     try:
-        return await anext(outputs)
+        return await anext(stream)
     except StopAsyncIteration:
         return None
     except BaseException:
-        await _close(outputs)
+        await stream.aclose()
         raise
 
 
-async def _close(outputs: AsyncIterator[EngineOutput]) -> None:
-    aclose = getattr(outputs, "aclose", None)
-    if aclose is not None:
-        with anyio.CancelScope(shield=True):
-            await aclose()
-
-
-async def _collect(outputs: AsyncIterator[EngineOutput]) -> list[EngineOutput]:
-    out: list[EngineOutput] = []
+async def _collect(stream: EngineStream, outputs: GenerateOutputs) -> GenerateOutputs:
     try:
-        async for item in outputs:
-            out.append(item)
+        async for out in stream:
+            outputs.add(out)
     finally:
-        await _close(outputs)
-    return out
+        await stream.aclose()
+    return outputs
 
 
-def _response(outputs: list[EngineOutput], req: GenerateRequest, response_id: str, model: str) -> GenerateResponse:
-    want_logprobs = req.sampling_params.logprobs is not None
-    choices: dict[int, GenerateChoice] = {}
-    usage: UsageInfo | None = None
-    for out in outputs:
-        for delta in out.choices:
-            choice = choices.get(delta.index)
-            if choice is None:
-                choice = choices[delta.index] = GenerateChoice(
-                    index=delta.index, token_ids=[],
-                    logprobs=ChoiceLogprobs(content=[]) if want_logprobs else None)
-            assert choice.token_ids is not None
-            choice.token_ids.extend(delta.token_ids)
-            if choice.logprobs is not None and delta.logprobs:
-                choice.logprobs.content.extend(delta.logprobs)
-            if delta.finish_reason is not None:
-                choice.finish_reason, choice.stop_reason = delta.finish_reason, delta.stop_reason
-        usage = out.usage or usage
-    if usage is None:
-        completion = sum(len(c.token_ids or ()) for c in choices.values())
-        usage = UsageInfo.of(len(req.token_ids), completion)
-    return GenerateResponse(request_id=response_id, model=model, usage=usage,
-                            choices=[choices[i] for i in sorted(choices)])
-
-
-def _chunk(out: EngineOutput, response_id: str, want_logprobs: bool, usage: UsageInfo | None) -> bytes:
-    choices = [GenerateChoice(index=c.index, finish_reason=c.finish_reason, stop_reason=c.stop_reason,
-                              token_ids=c.token_ids,
-                              logprobs=ChoiceLogprobs(content=c.logprobs or []) if want_logprobs else None)
-               for c in out.choices]
-    body = GenerateStreamResponse(request_id=response_id, usage=usage, choices=choices)
-    return b"data: " + orjson.dumps(body.model_dump(mode="json")) + b"\n\n"
-
-
-def _usage_chunk(usage: UsageInfo, response_id: str) -> bytes:
-    body = {"request_id": response_id, "usage": usage.model_dump(mode="json", exclude_none=True),
-            "output_mode": "tokens", "choices": []}
-    return b"data: " + orjson.dumps(body) + b"\n\n"
-
-
-async def _sse(outputs: AsyncIterator[EngineOutput], first: EngineOutput | None, req: GenerateRequest,
-               response_id: str) -> AsyncIterator[bytes]:
+async def _sse(stream: EngineStream, first: EngineOutput | None, req: GenerateRequest,
+               outputs: GenerateOutputs) -> AsyncIterator[bytes]:
     opts = req.stream_options
     include_usage = bool(opts and opts.include_usage)
     continuous = include_usage and bool(opts and opts.continuous_usage_stats)
-    want_logprobs = req.sampling_params.logprobs is not None
-    prompt_tokens = len(req.token_ids)
-    completion = 0
-    usage: UsageInfo | None = None
     try:
         pending = first
         while pending is not None:
-            completion += sum(len(c.token_ids) for c in pending.choices)
-            usage = pending.usage or usage
-            if pending.choices:
-                running = UsageInfo.of(prompt_tokens, completion) if continuous else None
-                yield _chunk(pending, response_id, want_logprobs, running)
+            chunk = outputs.chunk(pending, running_usage=continuous)
+            if chunk is not None:
+                yield sse(chunk)
             if pending.finished:
                 break
-            pending = await anext(outputs, None)
+            pending = await anext(stream, None)
         if include_usage:
-            yield _usage_chunk(usage or UsageInfo.of(prompt_tokens, completion), response_id)
+            yield sse(outputs.usage_chunk())
     except Exception as exc:  # after the headers went out: an SSE error event, never exception text
-        err = to_api_error(exc)
-        yield b"data: " + orjson.dumps(openai_error_body(err)) + b"\n\n"
+        yield sse(openai_error_body(to_api_error(exc)))
     finally:
-        await _close(outputs)
-    yield b"data: [DONE]\n\n"
+        await stream.aclose()
+    yield DONE
 
 
 async def abort_requests(request: Request) -> Response:
@@ -217,3 +154,4 @@ def routes() -> list[Route]:
               summary="Engine counters: running, waiting and live sequences, KV memory, dtype",
               tags=("generate",)),
     ]
+

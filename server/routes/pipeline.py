@@ -1,9 +1,10 @@
 """The full-pipeline endpoints: OpenAI ``/v1/chat/completions``, ``/v1/completions`` and Anthropic
 ``/v1/messages``, JSON or SSE (``"stream": true``).
 
-The routes only shuttle bytes; ``server.pipeline`` composes the stages. A client that disconnects
-mid-stream closes the response iterator, which closes the pipeline stream, which aborts the
-engine request.
+The routes only shuttle bytes (framed by ``server.sse``); ``server.pipeline`` composes the stages.
+A client that disconnects mid-stream closes the response iterator, which closes the pipeline
+stream, which closes its engine streams: each aborts its request at the engine
+(``EngineStream.aclose``, docs/engine.md "Closing a stream").
 """
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
 from server.routing import Route
 from server.services import services_of
+from server.sse import DONE, sse
 from session.client_frames import Kind
-from session.derender.anthropic_out import sse_event
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 from session.protocol.openai_responses import ChatCompletionResponse, CompletionResponse
@@ -68,22 +69,16 @@ async def _serve(request: Request, kind: Kind) -> Response:
 
 
 async def _sse(events: AsyncIterator[dict[str, Any]], *, flavor: str) -> AsyncIterator[bytes]:
+    named = flavor == "anthropic"  # Anthropic events carry an ``event:`` line; OpenAI's are data-only
     try:
         async for payload in events:
-            if flavor == "anthropic":
-                yield sse_event(payload)
-            else:
-                yield b"data: " + orjson.dumps(payload) + b"\n\n"
+            yield sse(payload, named=named)
     except Exception as exc:  # mid-stream failure: tell the client in the stream's own error shape
-        body = orjson.loads(error_response(exc, flavor=flavor).body)
-        if flavor == "anthropic":
-            yield sse_event(body)
-        else:
-            yield b"data: " + orjson.dumps(body) + b"\n\n"
+        yield sse(orjson.loads(error_response(exc, flavor=flavor).body), named=named)
     finally:
         await events.aclose()  # type: ignore[attr-defined]
-    if flavor == "openai":  # after an error event too, as vLLM: a client reading to [DONE] is not left waiting
-        yield b"data: [DONE]\n\n"
+    if not named:  # after an error event too, as vLLM: a client reading to [DONE] is not left waiting
+        yield DONE
 
 
 async def chat_completions(request: Request) -> Response:

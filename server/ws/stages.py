@@ -20,7 +20,7 @@ from typing import Any
 import anyio.to_thread
 import orjson
 
-from engine.interface import EngineOutput
+from engine.interface import EngineStream
 from engine.protocol import GenerateRequest
 from server.pipeline import Pipeline
 from server.pipeline_stream import PipelineStream
@@ -41,7 +41,7 @@ class PipelineStages:
     async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]:
         return await self.pipeline.render(kind, body)
 
-    def generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
+    def generate(self, request: GenerateRequest) -> EngineStream:
         return self.pipeline.generate(request)
 
     async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:

@@ -200,9 +200,3 @@ class MessageStream:
             events.append({"type": "content_block_delta", "index": self._index,
                            "delta": {"type": "input_json_delta", "partial_json": fn["arguments"]}})
         return events
-
-
-def sse_event(event: dict[str, Any]) -> bytes:
-    """One Anthropic SSE event (``event:`` line + ``data:`` line)."""
-    kind: str = event["type"]
-    return b"event: " + kind.encode() + b"\ndata: " + orjson.dumps(event) + b"\n\n"

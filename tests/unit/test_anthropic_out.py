@@ -6,7 +6,7 @@ from typing import Any
 
 import orjson
 
-from session.derender.anthropic_out import MessageStream, message_from_chat, sse_event
+from session.derender.anthropic_out import MessageStream, message_from_chat
 
 
 def _chunk(**delta: Any) -> dict[str, Any]:
@@ -124,10 +124,6 @@ def test_invalid_tool_arguments_are_kept_not_dropped() -> None:
         {"id": "x", "function": {"name": "f", "arguments": "{broken"}}]}}], "usage": {}}
     block = message_from_chat(chat, model="m", stop_sequences=[])["content"][0]
     assert block["input"] == {"_raw_arguments": "{broken"}
-
-
-def test_sse_event_framing() -> None:
-    assert sse_event({"type": "message_stop"}) == b'event: message_stop\ndata: {"type":"message_stop"}\n\n'
 
 
 def test_a_stream_restored_from_a_snapshot_continues_the_same_event_sequence() -> None:
