@@ -16,7 +16,12 @@ child process spinning a Python loop, unpinned, the "other core busy" of issue 2
 phase also records its median time to first token. ``--prefix-tokens N`` adds the prefix-cache
 phase: a request with a fresh random N-token prefix (cold), then one sharing that prefix with
 another suffix (warm), one new token each; their times to first token and the ratio. The vLLM
-figures of issue 22 are printed beside ours, marked published (not measured in this run). Two measures per phase: wall-clock tokens/s (what a client sees) and
+figures of issue 22 are printed beside ours, marked published (not measured in this run).
+``--linear packed aten`` loads one engine per linear kernel (engine/local/packed.py: oneDNN
+prepacked bf16 weights against ``F.linear``) and runs every engine phase on each in turn,
+alternating which goes first, for an A/B in the same run (``engine_packed_...`` /
+``engine_aten_...`` and their ``_vs_aten`` ratios). The OpenMP wait policy in effect
+(``OMP_WAIT_POLICY``, read by libgomp when torch loads) is stated in the output. Two measures per phase: wall-clock tokens/s (what a client sees) and
 tokens per CPU-second of the whole process (all threads, the engine's event loop included).
 On a machine shared with other work the wall-clock figures swing with the neighbours' load,
 while the CPU-time figures barely move, so the ratios are reported for both. Prints (and with
@@ -24,6 +29,8 @@ while the CPU-time figures barely move, so the ratios are reported for both. Pri
 
     .venv/bin/python -m bench.engine_bench [--model DIR] [--rounds 3] [--out bench/results/engine.json]
     .venv/bin/python -m bench.engine_bench --threads 1 2 --concurrency 1 8 16 --burner --prefix-tokens 1000
+    .venv/bin/python -m bench.engine_bench --linear packed aten --threads 1 --concurrency 1 8 16 --static \
+        --sequential-prompts 0 --burner
 """
 
 from __future__ import annotations
@@ -83,6 +90,9 @@ VLLM_PUBLISHED: dict[str, Any] = {
     "threads_1_loaded": {"tok_s": {1: 22.1, 8: 91.0, 16: 196.0}},
     "settings": "vLLM 0.32 CPU build, torch.compile on, one bound thread per worker (issue 22)",
 }
+
+# --linear: the engine's packed_linear argument (engine/local/packed.py)
+_PACKED: dict[str, bool | None] = {"packed": True, "aten": False, "default": None}
 
 Rate = tuple[float, float]  # (tokens per wall-clock second, tokens per CPU-second)
 
@@ -177,9 +187,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     model_dir = Path(args.model) if args.model else _default_model()
     thread_list = args.threads or [resolve_threads(None)]
     torch.set_num_threads(thread_list[0])
-    engine = LocalEngine(model_dir, model_name=model_dir.name, max_model_len=2048, dtype=args.dtype,
-                         max_num_seqs=max(args.concurrency), num_threads=thread_list[0])
-    await engine.start()
+    kernels = args.linear or ["default"]
+    engines: dict[str, Any] = {}
+    for kernel in kernels:  # one engine per linear kernel (each loads its own weights)
+        engines[kernel] = LocalEngine(model_dir, model_name=model_dir.name, max_model_len=2048, dtype=args.dtype,
+                                      max_num_seqs=max(args.concurrency), num_threads=thread_list[0],
+                                      packed_linear=_PACKED[kernel])
+        await engines[kernel].start()
+    engine = engines[kernels[0]]
     baselines = args.sequential_prompts > 0 or bool(args.static)
     model: Any = None
     if baselines:
@@ -203,13 +218,16 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         print(f"  {name:>24}: {rate[0]:7.1f} tok/s  {rate[1]:7.1f} tok/CPU-s{extra}", file=sys.stderr, flush=True)
 
     async def threads(n: int) -> None:
-        engine.set_threads(n)
-        await run_engine(engine, prompts[:1], 1)  # the engine thread applies it before this step
+        for e in engines.values():
+            e.set_threads(n)
+            await run_engine(e, prompts[:1], 1)  # the engine thread applies it before this step
 
-    async def engine_phase(t: int, c: int, suffix: str = "") -> None:
+    async def engine_phase(t: int, c: int, suffix: str = "", kernel: str = kernels[0]) -> None:
         firsts: list[float] = []
-        rate = await run_engine(engine, prompts[:c], new, firsts)
-        record(f"engine_t{t}_c{c}{suffix}" if len(thread_list) > 1 or args.burner else f"engine_c{c}", rate, firsts)
+        rate = await run_engine(engines[kernel], prompts[:c], new, firsts)
+        label = f"{kernel}_" if len(kernels) > 1 else ""
+        record(f"engine_{label}t{t}_c{c}{suffix}" if len(thread_list) > 1 or args.burner or label
+               else f"engine_c{c}", rate, firsts)
 
     # warm up every shape once (oneDNN builds kernels per shape on first use)
     if baselines:
@@ -220,7 +238,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     for t in thread_list:
         await threads(t)
         for c in args.concurrency:
-            await run_engine(engine, prompts[:c], 4)
+            for e in engines.values():
+                await run_engine(e, prompts[:c], 4)
 
     rng = random.Random(22)
     prefix_ms: dict[str, list[float]] = {"cold": [], "warm": []}
@@ -240,13 +259,14 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                     with torch.inference_mode():
                         record(f"static_batch_{c}", run_static(model, prompts[:c], new))
                 quiet_first = r % 2 == 0 or not args.burner
-                if quiet_first:
-                    await engine_phase(t, c)
-                if args.burner:
-                    with Burner():
-                        await engine_phase(t, c, "_burner")
-                if not quiet_first:
-                    await engine_phase(t, c)
+                for kernel in (kernels if r % 2 == 0 else kernels[::-1]):  # alternate which goes first
+                    if quiet_first:
+                        await engine_phase(t, c, kernel=kernel)
+                    if args.burner:
+                        with Burner():
+                            await engine_phase(t, c, "_burner", kernel)
+                    if not quiet_first:
+                        await engine_phase(t, c, kernel=kernel)
         for b in args.static:
             if b not in args.concurrency:
                 torch.set_num_threads(thread_list[0])
@@ -263,7 +283,9 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                   f"({cold / warm:.1f}x)", file=sys.stderr, flush=True)
     loads.append(os.getloadavg()[0])
     stats = engine.stats()
-    await engine.close()
+    kernel_of = {k: e.stats()["linear_kernel"] for k, e in engines.items()}
+    for e in engines.values():
+        await e.close()
 
     def summary(samples: dict[str, list[float]]) -> dict[str, Any]:
         med = {k: statistics.median(v) for k, v in samples.items()}
@@ -278,6 +300,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 ratios[f"{name}_vs_static_batch_{c}"] = round(med[name] / med[f"static_batch_{c}"], 2)
             if name.endswith("_burner") and name.removesuffix("_burner") in med:
                 ratios[f"{name}_vs_quiet"] = round(med[name] / med[name.removesuffix("_burner")], 2)
+            if name.startswith("engine_packed_") and name.replace("_packed_", "_aten_") in med:
+                ratios[f"{name}_vs_aten"] = round(med[name] / med[name.replace("_packed_", "_aten_")], 2)
         return {"median": {k: round(v, 1) for k, v in med.items()},
                 "samples": {k: [round(x, 1) for x in v] for k, v in samples.items()},
                 "ratios": ratios}
@@ -299,6 +323,8 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "threads": thread_list,
         "settings": "tokenwire LocalEngine: eager (no torch.compile), torch threads as listed, no pinning, "
                     "prefix cache on (the chat prompts share their system prompt's first 16-token blocks, as vLLM 0.32 shares them with its default prefix caching)",
+        "linear_kernels": kernel_of,
+        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp's default)"),
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "load_average": [round(x, 2) for x in loads],
@@ -379,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, nargs="+", default=None,
                    help="torch thread counts, measured in turn (default: the engine's default)")
     p.add_argument("--burner", action="store_true", help="also run each engine phase beside a CPU burner")
+    p.add_argument("--linear", nargs="+", choices=sorted(_PACKED), default=None,
+                   help="linear kernels to compare in one run, one engine each, alternating: packed (oneDNN "
+                        "prepacked weights, bf16), aten (F.linear), default (TOKENWIRE_PACKED_LINEAR decides)")
     p.add_argument("--prefix-tokens", type=int, default=0, help="measure prefix caching with this prefix length")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])

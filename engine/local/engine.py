@@ -56,7 +56,7 @@ class LocalEngine(Engine):
     def __init__(self, model_dir: Path, *, model_name: str, max_model_len: int, dtype: str = "auto",
                  max_num_seqs: int = 32, max_num_batched_tokens: int = 2048, max_waiting: int = 256,
                  num_threads: int | None = None, outbox_capacity: int = DEFAULT_CAPACITY,
-                 prefix_cache_mb: float | None = None) -> None:
+                 prefix_cache_mb: float | None = None, packed_linear: bool | None = None) -> None:
         self.model_dir = Path(model_dir)
         self.model_name = model_name
         self.max_model_len = max_model_len
@@ -70,7 +70,8 @@ class LocalEngine(Engine):
         self.scheduler = Scheduler(max_num_seqs=max_num_seqs, max_num_batched_tokens=max_num_batched_tokens,
                                    max_waiting=max_waiting + 1, prefix=self.prefix)
         self.runner = ModelRunner(self.model_dir, dtype=self.dtype, max_rows=max_num_seqs,
-                                  max_model_len=max_model_len, vision=self.vision, prefix=self.prefix)
+                                  max_model_len=max_model_len, vision=self.vision, prefix=self.prefix,
+                                  packed_linear=packed_linear)
         self.grammars = Grammars(self.model_dir, self.limits.vocab_size)
         # shared with the engine thread (guarded by _cv)
         self._cv = threading.Condition()
@@ -215,6 +216,7 @@ class LocalEngine(Engine):
             "dtype": str(self.dtype).removeprefix("torch."),
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
+            "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
             "grammars_compiled": self.grammars.compiled,
             # budget-aware closing of structured outputs (engine/local/structured_closing.py): walks made,
             # tokens it forced, seconds spent (written by the engine thread; read as they are)

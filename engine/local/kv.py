@@ -39,6 +39,8 @@ class WritePlan:
     kv_len: int
     # decode fast path: every row writes exactly one token; positions as a tensor
     positions: torch.Tensor | None = None
+    rows: torch.Tensor | None = None  # decode: the rows written, built once per step (not per layer)
+    same_position: int | None = None  # decode: every row writes at this position (a plain slice)
 
 
 class KVStore:
@@ -146,8 +148,11 @@ class KVStore:
         if kb is None or vb is None:
             kb, vb = self._allocate(layer, key)
         r0, n = plan.first_row, len(plan.starts)
-        if plan.positions is not None:  # decode: one token per row
-            rows = torch.arange(r0, r0 + n)
+        if plan.same_position is not None:  # decode, every row at the same position: a slice copy
+            kb[r0:r0 + n, :, plan.same_position] = key[:, :, -1]
+            vb[r0:r0 + n, :, plan.same_position] = value[:, :, -1]
+        elif plan.positions is not None:  # decode: one token per row
+            rows = plan.rows if plan.rows is not None else torch.arange(r0, r0 + n)
             kb[rows, :, plan.positions] = key[:, :, -1]
             vb[rows, :, plan.positions] = value[:, :, -1]
         else:

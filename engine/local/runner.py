@@ -35,6 +35,7 @@ import torch
 from engine.errors import EngineUnavailable
 from engine.local import vision
 from engine.local.kv import KVStore, StepCache, WritePlan
+from engine.local.packed import pack_linears
 from engine.local.params import XGRAMMAR_MISSING, ModelLimits
 from engine.local.prefix import PrefixCache
 from engine.local.scheduler import KVOp, PrefillChunk, Sequence
@@ -45,7 +46,8 @@ log = logging.getLogger("tokenwire.engine")
 
 class ModelRunner:
     def __init__(self, model_dir: Path, *, dtype: torch.dtype, max_rows: int, max_model_len: int,
-                 vision: VisionSpec | None = None, prefix: PrefixCache | None = None) -> None:
+                 vision: VisionSpec | None = None, prefix: PrefixCache | None = None,
+                 packed_linear: bool | None = None) -> None:
         self.model_dir = model_dir
         self.vision = vision  # a vision-language model: images in prefill, 3-D (M-RoPE) positions
         self.dtype = dtype
@@ -58,6 +60,9 @@ class ModelRunner:
         self.prefix = prefix  # prefix caching: its entries' tensors are filled and read here
         self.trim_due = False
         self.trims = 0
+        self.packed_wanted = packed_linear  # None: TOKENWIRE_PACKED_LINEAR decides
+        self.packed_linears = 0  # linears with prepacked weights (engine.local.packed)
+        self.linear_kernel = "not loaded"
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -81,6 +86,8 @@ class ModelRunner:
         self.kv = KVStore(config.num_hidden_layers, max_rows=self.max_rows + 1,
                           max_len=self.max_model_len + 1, dtype=self.dtype)
         self._check_architecture()
+        self.packed_linears, self.linear_kernel = pack_linears(model, self.dtype, self.packed_wanted)
+        log.info("linear layers: %s (%d packed)", self.linear_kernel, self.packed_linears)
 
     def _check_architecture(self) -> None:
         """One tiny forward through StepCache: every layer must have written its keys/values."""
@@ -215,7 +222,8 @@ class ModelRunner:
         mask = None
         if not same or self._window_bites(kv_len):
             mask = (torch.arange(kv_len)[None, :] <= pos[:, None])[:, None, None, :]
-        plan = WritePlan(0, positions, [1] * len(seqs), kv_len, positions=pos)
+        plan = WritePlan(0, positions, [1] * len(seqs), kv_len, positions=pos,
+                         rows=None if same else torch.arange(len(seqs)), same_position=kv_len - 1 if same else None)
         rope = None
         if any(s.group.mm is not None for s in seqs):  # M-RoPE: sequence index + the request's delta
             deltas = torch.tensor([s.group.mm.delta if s.group.mm is not None else 0 for s in seqs])

@@ -45,6 +45,27 @@ def test_decode_writes_one_token_per_row_at_its_own_position() -> None:
         assert [k[r, 1, p, 2].item() for r, p in enumerate([4, 1, 6])] == [50 + layer, 60 + layer, 70 + layer]
 
 
+def test_decode_at_one_shared_position_writes_what_the_indexed_path_writes() -> None:
+    """The runner's fast path (every row at the same position: a slice copy, no index tensors)
+    leaves the store exactly as the per-row indexed write does."""
+    stores = []
+    for fast in (False, True):
+        store = KVStore(1, max_rows=8, max_len=64, dtype=torch.float32)
+        store.reserve(3, 8)
+        positions = torch.tensor([5, 5, 5])
+        plan = WritePlan(0, [5, 5, 5], [1, 1, 1], 6, positions=positions, rows=torch.arange(3),
+                         same_position=5 if fast else None)
+        k, v = StepCache(store, plan).update(kv(3, 1, 50.0), kv(3, 1, 7.0), 0)
+        assert k.shape == (3, HEADS, 6, DIM)
+        assert [k[r, 0, 5, 0].item() for r in range(3)] == [50, 60, 70]
+        assert [v[r, 1, 5, 2].item() for r in range(3)] == [7, 17, 27]
+        stores.append(store)
+    assert stores[0].keys[0] is not None and stores[1].keys[0] is not None
+    assert torch.equal(stores[0].keys[0], stores[1].keys[0])
+    assert stores[0].values[0] is not None and stores[1].values[0] is not None
+    assert torch.equal(stores[0].values[0], stores[1].values[0])
+
+
 def test_rows_move_and_swap_by_length() -> None:
     store = KVStore(1, max_rows=8, max_len=16, dtype=torch.float32, initial_rows=4, initial_len=8)
     store.reserve(3, 8)

@@ -1,0 +1,90 @@
+"""Prepacked bf16 linears (engine/local/packed.py): the engine uses them by default in bf16, and
+they give the same bits as ``F.linear``, so everything the parity tests assert of the bf16 engine
+still holds (test_engine_parity's default-dtype test runs with them on this CPU)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import torch
+
+from engine.local.packed import PackedLinear, pack_linears
+from tests.conftest import DEFAULT_MODEL, TINY_MODELS
+from tests.support.engine_harness import Reference, request, running_engine
+
+pytestmark = pytest.mark.skipif(not cast(Any, torch.backends.mkldnn).is_available(),
+                                reason="torch built without oneDNN")
+
+
+def _load(path: Path, dtype: torch.dtype) -> Any:
+    from transformers import AutoModelForCausalLM
+
+    model: Any = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype, attn_implementation="sdpa",
+                                                      local_files_only=True)
+    return model.eval()
+
+
+def _linears(model: Any) -> list[torch.nn.Module]:
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear | PackedLinear)]
+
+
+@pytest.mark.parametrize("name", [*TINY_MODELS, DEFAULT_MODEL])
+def test_packing_gives_the_same_logits_bit_for_bit(name: str, asset: Callable[[str], Path]) -> None:
+    """A padded batch through the whole model (prefill shapes) and one decode-shaped token."""
+    path = asset(name)
+    plain, packed = _load(path, torch.bfloat16), _load(path, torch.bfloat16)
+    count, kernel = pack_linears(packed, torch.bfloat16, wanted=True)
+    assert kernel == "oneDNN packed (bf16)"
+    # every linear of a text model is in its decoder or is its output projection
+    assert count == len(_linears(plain)) > 0
+    assert all(isinstance(m, PackedLinear) for m in _linears(packed))
+    gen = torch.Generator().manual_seed(5)
+    vocab = int(plain.config.vocab_size)
+    ids = torch.randint(3, min(vocab, 30000), (3, 23), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[1, :7] = 0  # a left-padded row
+    with torch.inference_mode():
+        for batch in ((ids, mask), (ids[:1, :1], None)):
+            want = plain(input_ids=batch[0], attention_mask=batch[1]).logits
+            got = packed(input_ids=batch[0], attention_mask=batch[1]).logits
+            assert torch.equal(want, got)
+
+
+def test_a_packed_linear_with_bias_matches_f_linear() -> None:
+    gen = torch.Generator().manual_seed(1)
+    linear = torch.nn.Linear(96, 160, bias=True).to(torch.bfloat16)
+    with torch.inference_mode():
+        packed = PackedLinear(linear, torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 1))
+        for shape in ((1, 96), (5, 96), (2, 3, 96)):
+            x = torch.randn(*shape, generator=gen).to(torch.bfloat16)
+            out = packed(x)
+            assert out.shape == (*shape[:-1], 160)
+            assert torch.equal(out, linear(x))
+
+
+def test_packing_only_in_bf16_and_when_wanted(asset: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    path = asset(TINY_MODELS[1])
+    fp32 = _load(path, torch.float32)
+    assert pack_linears(fp32, torch.float32, wanted=True) == (0, "not packed: float32 (bf16 only)")
+    assert not any(isinstance(m, PackedLinear) for m in fp32.modules())
+    bf16 = _load(path, torch.bfloat16)
+    monkeypatch.setenv("TOKENWIRE_PACKED_LINEAR", "0")
+    assert pack_linears(bf16, torch.bfloat16) == (0, "off")
+    assert not any(isinstance(m, PackedLinear) for m in bf16.modules())
+
+
+def test_the_bf16_engine_packs_by_default_and_matches_model_generate(asset: Callable[[str], Path],
+                                                                    tokenizer: Callable[[str], Any]) -> None:
+    path = asset(DEFAULT_MODEL)
+    tok = tokenizer(DEFAULT_MODEL)
+    ps = [list(tok(t, add_special_tokens=False)["input_ids"]) for t in ("The quick brown fox", "def fibonacci(n):")]
+    with running_engine(path, dtype="bfloat16") as h:
+        stats = h.engine.stats()
+        got = [h.run(request(p, max_tokens=16))[0].ids for p in ps]
+    assert stats["linear_kernel"] == "oneDNN packed (bf16)"
+    assert h.engine.runner.packed_linears == 30 * 7 + 1  # SmolLM2: 7 per layer and the output projection
+    ref = Reference(path, "bfloat16")
+    assert got == [ref.greedy(p, 16) for p in ps]
