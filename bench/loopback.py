@@ -54,6 +54,13 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime (fields 14 and 15 of stat)
 
 
+def kernel_seconds(pid: int) -> float:
+    """The process's CPU time in the kernel (``stat``'s stime, 10 ms ticks): its system calls, and on
+    loopback the receiving side's network processing that runs in the sender's context."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    return int(stat[stat.rindex(")") + 2:].split()[12]) / _CLK_TCK
+
+
 def raise_fd_limit(want: int) -> int:
     """Raise this process's open-file limit (children inherit it) towards ``want``; returns the limit."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)

@@ -48,6 +48,7 @@ from bench.loopback import (
     SseStream,
     cpu_seconds,
     event_loop_policy,
+    kernel_seconds,
     pct,
     raise_fd_limit,
     render_server,
@@ -273,6 +274,7 @@ async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int
         await asyncio.sleep(0.2)
         spy = _profiler(server_pid, profile if mode != "direct" else None, f"{mode}-c{c}-{tag}")
         cpu0, t0, client0 = cpu_seconds(server_pid), time.perf_counter(), time.process_time()
+        kernel0 = kernel_seconds(server_pid)
         if mode == "direct":
             streams = await _direct(conns, c, tokens, ramp_s, tag)
         elif mode == "sse":
@@ -282,10 +284,12 @@ async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int
         else:
             streams = await _ws(conns, c, tokens, ramp_s)
         wall, client_cpu = time.perf_counter() - t0, time.process_time() - client0
-        cpu = cpu_seconds(server_pid) - cpu0
+        cpu, kernel = cpu_seconds(server_pid) - cpu0, kernel_seconds(server_pid) - kernel0
         _stop(spy)
         out[mode] = summarize(streams, engine.emissions(), tokens, wall, None if mode == "direct" else cpu, idle,
                               client_cpu_s=client_cpu)
+        if mode != "direct":
+            out[mode]["server_kernel_share"] = round(kernel / cpu, 3) if cpu > 0 else None
         await asyncio.sleep(0.3)
     return out
 

@@ -104,9 +104,8 @@ class _Report:
 _open_ticks: dict[asyncio.AbstractEventLoop, list[Connection]] = {}  # sessions that sent this tick, per loop
 
 
-def _end_of_tick(conn: Connection) -> None:
+def _end_of_tick(conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
     """Have ``conn._flush`` run at the end of this loop tick: one callback for all such sessions."""
-    loop = asyncio.get_running_loop()
     conns = _open_ticks.get(loop)
     if conns is None:
         conns = _open_ticks[loop] = []
@@ -130,6 +129,7 @@ class Connection:
         self._tick: list[ServerFrame] = []  # frames ready this loop tick, for ``_flush``
         self._tick_open = False  # a frame left directly this tick; ``_flush`` is scheduled
         self._now = anyio.current_time  # the clock (``run`` binds the loop's own)
+        self._loop: asyncio.AbstractEventLoop  # the loop ``run`` runs on
         self.session = session
         self.stages = stages
         self.outbox = Outbox(outbox_capacity)
@@ -144,7 +144,8 @@ class Connection:
     async def run(self) -> None:
         # anyio.current_time() is the loop's clock, found through sniffio on every call (~1 µs);
         # the session reads the clock on every frame, so bind it once.
-        self._now = asyncio.get_running_loop().time
+        self._loop = asyncio.get_running_loop()
+        self._now = self._loop.time
         async with anyio.create_task_group() as tg:
             self._tg = tg
             self.drain()  # session.created
@@ -159,14 +160,14 @@ class Connection:
             self._do(action)
 
     def _do(self, action: Action) -> None:
-        if isinstance(action, Send):
+        if isinstance(action, Send):  # the common action (once per token)
             direct = self.direct
-            if direct is not None and not self.outbox and not direct.backed_up and self._close is None:
+            if direct is not None and self._close is None and not self.outbox and direct.ready:
                 if not self._tick_open:  # the tick's first frame leaves at once (latency) ...
                     self._tick_open = True
-                    _end_of_tick(self)
+                    _end_of_tick(self, self._loop)
                     if not self.batch:
-                        direct.write([self._encode(action.frame)])
+                        direct.write_one(self._encode(action.frame))
                         return
                 self._tick.append(action.frame)  # ... later ones (and a batch client's) at its end
             else:

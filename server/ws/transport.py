@@ -68,6 +68,12 @@ class FrameWriter:
     def backed_up(self) -> bool:
         return not self._writable.is_set()
 
+    @property
+    def ready(self) -> bool:
+        """Open, and the transport takes more now (not :attr:`backed_up`): a frame may be written."""
+        return (self._writable.is_set() and not self._protocol.close_sent and self._conn.state is OPEN
+                and not self._transport.is_closing())
+
     async def drained(self) -> None:
         await self._writable.wait()
 
@@ -78,6 +84,10 @@ class FrameWriter:
             return False
         self._transport.write(b"".join([text_frame(p) for p in payloads]))
         return True
+
+    def write_one(self, payload: bytes) -> None:
+        """Write one text frame; only right after :attr:`ready` was true (the per-token path)."""
+        self._transport.write(text_frame(payload))
 
 
 def frame_writer(scope: Mapping[str, Any]) -> FrameWriter | None:
