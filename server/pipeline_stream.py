@@ -35,13 +35,15 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class StreamEvent:
-    """One thing to send: an OpenAI chunk dict, or an Anthropic event dict for ``messages``."""
+    """One thing to send: an OpenAI chunk dict, or an Anthropic event dict for ``messages`` (the
+    same object on SSE and in a WebSocket session's delta frames)."""
 
     payload: dict[str, Any]
     index: int = 0  # choice index the output ids belong to
     output_token_ids: list[int] = field(default_factory=list)  # engine ids this event covers
     checkpoint: str | None = None  # signed derender state after this event (checkpoints=True)
     done: bool = False
+    stream_id: str | None = None  # the id a resume names (the stream's request id)
 
 
 
@@ -95,10 +97,13 @@ class PipelineStream:
         self._done_runs: set[int] = set()  # runs whose output is complete (finished, or a stop string)
         self._finish: tuple[str | None, Any] = (None, None)  # an Anthropic stream's finish reason
         self._digest = prep.output_digest or OutputDigest()  # of the output ids so far (checkpoints)
+        self._stream_id = prep.requests[0].request_id or ""
+        self._n = [r.sampling_params.n for r in prep.requests]
+        self._bases = [getattr(d, "index_base", 0) for d in prep.derenderers]  # choice index offsets
 
     @property
     def request_id(self) -> str:
-        return self.prep.requests[0].request_id or ""
+        return self._stream_id
 
     async def admit(self) -> None:
         """Start every engine request and wait for its first output, so admission errors raise
@@ -152,30 +157,32 @@ class PipelineStream:
             self._anthropic = MessageStream.restore(prep.resume_events, **shape)  # type: ignore[arg-type]
             return []
         self._anthropic = MessageStream(**shape)  # type: ignore[arg-type]
-        return [StreamEvent(ev) for ev in self._anthropic.start()]
+        return [StreamEvent(ev, stream_id=self._stream_id) for ev in self._anthropic.start()]
 
     def feed(self, k: int, out: EngineOutput) -> list[StreamEvent]:
         """The events one engine output of run ``k`` gives. A run whose output is complete (its
-        choices finished, or a stop string seen) is listed by :meth:`_finished_runs` afterwards."""
+        choices finished, or a stop string seen) is listed by :meth:`_finished_runs` afterwards.
+        This runs once per token of every stream: it does no more than the step needs."""
         if self.prep.kind == "messages":
             return self._feed_messages(out)
         events: list[StreamEvent] = []
         d = self.prep.derenderers[k]
-        n = self.prep.requests[k].sampling_params.n
+        pending = self._pending
         for c in out.choices:
             step = d.push(c.index, c.token_ids, c.logprobs, c.finish_reason, c.stop_reason)
             key = (k, c.index)
-            ids = self._pending.setdefault(key, [])
-            ids.extend(c.token_ids)
-            if step.stop_engine and n == 1:
+            held = pending.pop(key, None)  # ids of earlier outputs that gave no chunk
+            ids = list(c.token_ids) if held is None else held + c.token_ids
+            if step.stop_engine and self._n[k] == 1:
+                self._done_runs.add(k)
+            if step.finished and _finished(d):  # the last choice of this run finished
                 self._done_runs.add(k)
             if step.chunk is None:
+                pending[key] = ids
                 continue
-            del self._pending[key]
-            events.append(StreamEvent(step.chunk, index=d_index(d, c.index), output_token_ids=ids,
-                                      checkpoint=self._checkpoint(k, c.index, ids)))
-        if _finished(d):
-            self._done_runs.add(k)
+            checkpoint = self._checkpoint(k, c.index, ids) if self.checkpoints else None
+            events.append(StreamEvent(step.chunk, c.index + self._bases[k], ids, checkpoint,
+                                      stream_id=self._stream_id))
         return events
 
     def _feed_messages(self, out: EngineOutput) -> list[StreamEvent]:
@@ -201,8 +208,8 @@ class PipelineStream:
             # The ids and the checkpoint ride on the chunk's last event: a client holding a
             # checkpoint has received every event it covers.
             checkpoint = self._checkpoint(0, c.index, ids, events=ms.snapshot())
-            events += [StreamEvent(ev) for ev in evs[:-1]]
-            events.append(StreamEvent(evs[-1], output_token_ids=ids, checkpoint=checkpoint))
+            events += [StreamEvent(ev, stream_id=self._stream_id) for ev in evs[:-1]]
+            events.append(StreamEvent(evs[-1], output_token_ids=ids, checkpoint=checkpoint, stream_id=self._stream_id))
         if _finished(d):
             self._done_runs.add(0)
         return events
@@ -213,10 +220,10 @@ class PipelineStream:
             assert self._anthropic is not None
             reason, stop_reason = self._finish
             d = self.prep.derenderers[0]
-            return [StreamEvent(ev, done=ev["type"] == "message_stop")
+            return [StreamEvent(ev, done=ev["type"] == "message_stop", stream_id=self._stream_id)
                     for ev in self._anthropic.finish(finish_reason=reason, stop_reason=stop_reason,
                                                      output_tokens=d.completion_tokens)]
-        return [StreamEvent(self._usage_chunk())] if self.prep.include_usage else []
+        return [StreamEvent(self._usage_chunk(), stream_id=self._stream_id)] if self.prep.include_usage else []
 
     def _finished_runs(self) -> list[_EngineRun]:
         return [self._runs[k] for k in self._done_runs if not self._runs[k].closed]
@@ -282,10 +289,6 @@ class PipelineStream:
         if events is not None:
             body["a"] = events
         return self.pipeline.codec.encode(self.pipeline._binding(self.prep, index), self.offsets[0], body)
-
-
-def d_index(d: ChatDerenderer | CompletionDerenderer, index: int) -> int:
-    return index + getattr(d, "index_base", 0)
 
 
 def _finished(d: ChatDerenderer | CompletionDerenderer) -> bool:

@@ -23,9 +23,7 @@ import orjson
 from engine.interface import EngineStream
 from engine.protocol import GenerateRequest
 from server.pipeline import Pipeline
-from server.pipeline_stream import PipelineStream
-from server.pipeline_stream import StreamEvent as PipelineEvent
-from server.ws.work import StreamEvent
+from server.pipeline_stream import PipelineStream, StreamEvent
 from session.client_frames import Kind
 from session.derender import INLINE_BODY_BYTES, DerenderService
 
@@ -66,7 +64,7 @@ class SessionStream:
         self._args = (kind, body, resume, checkpoints)
         self._pipeline = pipeline
         self._opened: PipelineStream | None = None
-        self._events: AsyncIterator[PipelineEvent] | None = None
+        self._events: AsyncIterator[StreamEvent] | None = None
         self.stream_id: str | None = None
 
     async def open(self) -> None:
@@ -77,9 +75,7 @@ class SessionStream:
     def listen(self, on_events: Callable[[list[StreamEvent]], None],
                on_end: Callable[[BaseException | None], None]) -> bool:
         assert self._opened is not None
-        stream_id = self.stream_id
-        return self._opened.listen(
-            lambda events: on_events([_session_event(e, stream_id) for e in events]), on_end)
+        return self._opened.listen(on_events, on_end)
 
     def __aiter__(self) -> SessionStream:
         return self
@@ -90,8 +86,7 @@ class SessionStream:
         assert self._opened is not None
         if self._events is None:
             self._events = self._opened.stream_events()
-        event = await self._events.__anext__()
-        return _session_event(event, self.stream_id)
+        return await self._events.__anext__()
 
     async def aclose(self) -> None:
         if self._events is not None:
@@ -99,6 +94,3 @@ class SessionStream:
         if self._opened is not None:
             await self._opened.aclose()
 
-
-def _session_event(event: PipelineEvent, stream_id: str | None) -> StreamEvent:
-    return StreamEvent(event.payload, event.checkpoint, event.output_token_ids, stream_id)

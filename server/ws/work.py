@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
@@ -30,6 +29,7 @@ import anyio
 from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest, generate_response_id
 from server.generate_output import GenerateOutputs
+from server.pipeline_stream import StreamEvent  # one event type for SSE and the session
 from session.actions import Start, StartDerender, StartGenerate, StartPipeline, StartRender
 from session.client_frames import Kind
 
@@ -45,16 +45,6 @@ class Closing(Protocol[T_co]):
     async def __anext__(self) -> T_co: ...
 
     async def aclose(self) -> None: ...
-
-
-@dataclass(frozen=True, slots=True)
-class StreamEvent:
-    """One event of a whole-pipeline stream, as the session sends it."""
-
-    payload: dict[str, Any] | None  # an OpenAI chunk, or an Anthropic event (None: ids only)
-    checkpoint: str | None = None  # signed derender state after this event (checkpoints=True)
-    output_token_ids: list[int] | None = None  # engine ids this event covers
-    stream_id: str | None = None  # the id a resume names (the stream's request id)
 
 
 class Stages(Protocol):
@@ -130,13 +120,11 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
     resumable = start.checkpoints
 
     def deliver(event: StreamEvent) -> None:
-        if event.payload is None and not (resumable and event.checkpoint):
-            return
-        report.pipeline_delta(
-            start.id, [event.payload] if event.payload is not None else [],
-            checkpoint=event.checkpoint if resumable else None,
-            output_token_ids=list(event.output_token_ids or ()) if resumable else None,
-            stream_id=event.stream_id if resumable else None)
+        if resumable:
+            report.pipeline_delta(start.id, [event.payload], checkpoint=event.checkpoint,
+                                  output_token_ids=list(event.output_token_ids), stream_id=event.stream_id)
+        else:
+            report.pipeline_delta(start.id, [event.payload], checkpoint=None, output_token_ids=None, stream_id=None)
 
     try:
         if not (isinstance(stream, Listenable) and await _listened(stream, deliver)):
