@@ -49,7 +49,7 @@ def remote(url: str, **kw: Any) -> RemoteEngine:
 async def drain(engine: RemoteEngine, req: GenerateRequest, stop_after: int | None = None) -> list[EngineOutput]:
     outs: list[EngineOutput] = []
     agen = engine.generate(req)
-    async with contextlib.aclosing(agen):  # type: ignore[type-var]
+    async with contextlib.aclosing(agen):
         async for out in agen:
             outs.append(out)
             if stop_after is not None and len(outs) >= stop_after:

@@ -47,7 +47,7 @@ async def collect(engine: LocalEngine, req: GenerateRequest, *, stop_after: int 
     """Run one request; with ``stop_after`` leave the iteration after that many outputs."""
     res = Result()
     agen = engine.generate(req)
-    async with contextlib.aclosing(agen):  # type: ignore[type-var]
+    async with contextlib.aclosing(agen):
         async for out in agen:
             res.outputs.append(out)
             for c in out.choices:

@@ -77,7 +77,7 @@ def run(engine: RemoteEngine, req: GenerateRequest, stop_after: int | None = Non
             async for out in agen:
                 outs.append(out)
                 if stop_after is not None and len(outs) >= stop_after:
-                    await agen.aclose()  # type: ignore[attr-defined]
+                    await agen.aclose()
                     break
         finally:
             await engine.close()
