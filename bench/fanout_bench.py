@@ -123,7 +123,8 @@ class CountingWriter:
         return None
 
 
-async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profile | None) -> dict[str, Any]:
+async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profile | None,
+                 step_s: float = 0.0) -> dict[str, Any]:
     settings = Settings(mode=Mode.RENDER, model_dir=model, served_model_name="bench", engine_url="ws://unused",
                         state_secret=b"bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz")
     engine = StepEngine(word_token_ids(model), tokens)
@@ -163,6 +164,8 @@ async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profi
                 steady_tokens += live
             if profile is not None:
                 profile.disable()
+            if step_s:
+                await asyncio.sleep(step_s)  # paced steps: other processes run between them
         for _ in range(50):  # the requests' tasks end and send their done frames
             await asyncio.sleep(0)
         total_cpu = time.process_time() - cpu0
@@ -176,13 +179,14 @@ async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profi
             "writes_per_token": round(transport.writes / (streams * tokens), 3)}
 
 
-def run(model: Path, streams: int, tokens: int, rounds: int, profile: bool = False) -> dict[str, Any]:
+def run(model: Path, streams: int, tokens: int, rounds: int, profile: bool = False,
+        step_ms: float = 0.0) -> dict[str, Any]:
     results, prof = [], cProfile.Profile() if profile else None
     for _ in range(rounds):
-        results.append(asyncio.run(_round(model, streams, tokens, prof)))
+        results.append(asyncio.run(_round(model, streams, tokens, prof, step_ms / 1e3)))
     best = min(results, key=lambda r: r["steady_us_per_token"])
     out: dict[str, Any] = {"benchmark": "fanout_in_process", "model": model.name, "streams": streams,
-                           "tokens_per_stream": tokens, "rounds": rounds, "best": best, "all": results}
+                           "tokens_per_stream": tokens, "step_ms": step_ms, "rounds": rounds, "best": best, "all": results}
     if prof is not None:
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
@@ -197,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--tokens", type=int, default=128)
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--profile", action="store_true", help="print a cProfile table of the steady steps")
+    p.add_argument("--step-ms", type=float, default=0.0,
+                   help="sleep this long between steps (0: back to back, caches warm)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     if a.model:
@@ -205,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         from server.assets import ensure
 
         model = ensure("smollm2-135m-instruct")
-    result = run(model, a.streams, a.tokens, a.rounds, a.profile)
+    result = run(model, a.streams, a.tokens, a.rounds, a.profile, a.step_ms)
     profile = result.pop("profile", None)
     text = json.dumps(result, indent=2)
     print(text)
