@@ -8,7 +8,9 @@
 Every process is real: HAProxy from the Debian package (scripts/install-haproxy.sh), the tokenwire
 CLI, the tiny-qwen3 model in fp32 (so every replica, and every resumed stream, computes the same
 greedy tokens). :class:`Topology` starts the whole thing, waits until both balancers see every
-server UP, and reads each balancer's view of its servers from HAProxy's CSV stats page.
+server UP, and reads each balancer's view of its servers from HAProxy's CSV stats page. Replicas of
+one tier start (and restart) side by side: each is a separate process that spends its start-up
+importing and loading on its own, so two take about as long as one.
 """
 
 from __future__ import annotations
@@ -22,9 +24,10 @@ import socket
 import subprocess
 import threading
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import httpx
 
@@ -38,6 +41,15 @@ ENGINES_CFG = ROOT / "deploy" / "haproxy" / "engines.cfg"
 SECRET = "tokenwire-deploy-tests-shared-state-secret-2026"
 NO_TORCH = "import sys\nsys.modules['torch'] = None\n"  # a front end never loads torch
 FRONTEND_FLAGS = ("--tool-call-parser", "hermes", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice")
+T = TypeVar("T")
+
+
+def side_by_side(*calls: Callable[[], T]) -> list[T]:
+    """Run ``calls`` at once (one thread each: they wait on processes) and return their results in
+    order; every call runs to its end before the first failure is raised."""
+    with ThreadPoolExecutor(len(calls)) as pool:
+        futures = [pool.submit(call) for call in calls]
+    return [f.result() for f in futures]
 
 
 def haproxy_binary() -> str:
@@ -142,9 +154,9 @@ class Topology:
         self.stop()
 
     def start(self) -> None:
-        for _ in range(2):
-            self.engines.append(ServerProcess(["serve", str(self.model), "--tokens-only", "--dtype", "float32",
-                                               *self.engine_args]).start())
+        # listed before they start, so that stop() ends each one that did start when another did not
+        self.engines = [self._engine() for _ in range(2)]
+        side_by_side(*(srv.start for srv in self.engines))
         engine_port, engine_stats = free_port(), free_port()
         self.engine_lb = HAProxy(ENGINES_CFG, {
             "TW_ENGINE_LB_BIND": f"127.0.0.1:{engine_port}", "TW_ENGINE_STATS_BIND": f"127.0.0.1:{engine_stats}",
@@ -152,8 +164,8 @@ class Topology:
             "TW_ENGINE_STATS_BIND").start()
         self.engine_lb.wait_status({"engine1": "UP", "engine2": "UP"})
         self.engine_url = f"{self.wire}://127.0.0.1:{engine_port}"
-        for _ in range(2):
-            self.frontends.append(self._frontend())
+        self.frontends = [self._frontend() for _ in range(2)]
+        side_by_side(*(srv.start for srv in self.frontends))
         port, stats = free_port(), free_port()
         self.lb = HAProxy(FRONTENDS_CFG, {
             "TW_LB_BIND": f"127.0.0.1:{port}", "TW_STATS_BIND": f"127.0.0.1:{stats}",
@@ -162,10 +174,14 @@ class Topology:
         self.lb.wait_status({"fe1": "UP", "fe2": "UP"})
         self.url = f"http://127.0.0.1:{port}"
 
-    def _frontend(self) -> ServerProcess:
+    def _engine(self, *extra: str) -> ServerProcess:
+        return ServerProcess(["serve", str(self.model), "--tokens-only", "--dtype", "float32", *self.engine_args,
+                              *extra])
+
+    def _frontend(self, *extra: str) -> ServerProcess:
         return ServerProcess(["launch", "render", str(self.model), "--engine-url", self.engine_url,
-                              "--state-secret", SECRET, *FRONTEND_FLAGS, *self.frontend_args],
-                             preamble=NO_TORCH).start()
+                              "--state-secret", SECRET, *FRONTEND_FLAGS, *self.frontend_args, *extra],
+                             preamble=NO_TORCH)
 
     def frontend_with_session(self) -> int:
         """The index of the one front end the balancer has a client connection open to."""
@@ -178,29 +194,50 @@ class Topology:
 
     def restart_frontend(self, i: int, *extra: str) -> None:
         """Start front end ``i`` again (after a kill or a drain) on its port, with ``extra`` flags."""
-        old = self.frontends[i]
-        old.stop()
-        port = hostport(old.url).rsplit(":", 1)[1]
-        self.frontends[i] = ServerProcess(["launch", "render", str(self.model), "--engine-url", self.engine_url,
-                                           "--state-secret", SECRET, *FRONTEND_FLAGS, *self.frontend_args, *extra,
-                                           "--port", port], preamble=NO_TORCH).start()
+        self.restart_frontends([i], *extra)
+
+    def restart_frontends(self, which: Sequence[int], *extra: str) -> None:
+        """Front ends ``which`` again on their ports with ``extra`` flags, side by side (each one
+        still running is stopped first, with SIGTERM)."""
         assert self.lb is not None
-        self.lb.wait_status({f"fe{i + 1}": "UP"})
+        lb = self.lb
+
+        def restart(i: int) -> None:
+            old = self.frontends[i]
+            old.stop()
+            port = hostport(old.url).rsplit(":", 1)[1]
+            self.frontends[i] = self._frontend(*extra, "--port", port)
+            self.frontends[i].start()
+            lb.wait_status({f"fe{i + 1}": "UP"})
+
+        side_by_side(*(lambda i=i: restart(i) for i in which))
 
     def restart_engine(self, i: int, *extra: str) -> None:
         """Start engine ``i`` again (after a kill or a drain) on its port, with ``extra`` flags."""
-        old = self.engines[i]
-        old.stop()
-        port = hostport(old.url).rsplit(":", 1)[1]
-        self.engines[i] = ServerProcess(["serve", str(self.model), "--tokens-only", "--dtype", "float32",
-                                         *self.engine_args, *extra, "--port", port]).start()
+        self.restart_engines([i], *extra)
+
+    def restart_engines(self, which: Sequence[int], *extra: str) -> None:
+        """Engines ``which`` again on their ports with ``extra`` flags, side by side (each one still
+        running is stopped first, with SIGTERM)."""
         assert self.engine_lb is not None
-        self.engine_lb.wait_status({f"engine{i + 1}": "UP"})
+        engine_lb = self.engine_lb
+
+        def restart(i: int) -> None:
+            old = self.engines[i]
+            old.stop()
+            port = hostport(old.url).rsplit(":", 1)[1]
+            self.engines[i] = self._engine(*extra, "--port", port)
+            self.engines[i].start()
+            engine_lb.wait_status({f"engine{i + 1}": "UP"})
+
+        side_by_side(*(lambda i=i: restart(i) for i in which))
 
     def stop(self) -> None:
-        for part in (self.lb, *self.frontends, self.engine_lb, *self.engines):
-            if part is not None:
-                part.stop()
+        """Each tier in turn from the clients' side, the replicas of a tier side by side."""
+        for tier in ([self.lb], self.frontends, [self.engine_lb], self.engines):
+            parts = [part for part in tier if part is not None]
+            if parts:
+                side_by_side(*(part.stop for part in parts))
 
     @property
     def ws_url(self) -> str:

@@ -241,8 +241,7 @@ def test_an_engine_replica_drained_past_its_shutdown_timeout_the_sdk_resumes_on_
     # the engine ends the stream with shutting_down, which the front end (not draining) passes on:
     # the SDK resumes, on the same session once it sees that session stay open
     kind, body = "chat", {**LONG, "max_tokens": 120}
-    for i in range(2):
-        topo.restart_engine(i, "--shutdown-timeout", "0.5")
+    topo.restart_engines([0, 1], "--shutdown-timeout", "0.5")
     drained: list[int] = []
 
     def drain() -> None:
@@ -267,8 +266,7 @@ def test_an_engine_replica_drained_past_its_shutdown_timeout_the_sdk_resumes_on_
         items, resumes, sessions = asyncio.run(run())
         code = topo.engines[drained[0]].proc.wait(30)  # type: ignore[union-attr]
     finally:
-        for i in range(2):
-            topo.restart_engine(i)
+        topo.restart_engines([0, 1])
     assert resumes >= 1 and code == 0
     assert sessions[0] == sessions[1]  # the front end did not drain: its session was used again
     assert summary(kind, items) == want
@@ -336,14 +334,12 @@ def test_a_front_end_drained_leaves_the_rotation_first_and_its_streams_finish(to
 
 
 def test_a_front_end_drained_past_its_shutdown_timeout_hands_its_streams_over(topo: Topology) -> None:
-    topo.restart_frontend(0, "--shutdown-timeout", "0.5")
-    topo.restart_frontend(1, "--shutdown-timeout", "0.5")
+    topo.restart_frontends([0, 1], "--shutdown-timeout", "0.5")
     try:
         want = expected("chat", reference(topo.url, PATHS["chat"], LONG))
         out = asyncio.run(drain_streams(topo, 4))
     finally:
-        for i in range(2):
-            topo.restart_frontend(i)
+        topo.restart_frontends([0, 1])
     assert out["status"] == ["completed"] * 4
     for c in out["chunks"]:
         assert summary("chat", c) == want, (summary("chat", c), want, out["resumes"])
