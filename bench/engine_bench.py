@@ -20,8 +20,10 @@ figures of issue 22 are printed beside ours, marked published (not measured in t
 ``--linear packed aten`` loads one engine per linear kernel (engine/local/packed.py: oneDNN
 prepacked bf16 weights against ``F.linear``) and runs every engine phase on each in turn,
 alternating which goes first, for an A/B in the same run (``engine_packed_...`` /
-``engine_aten_...`` and their ``_vs_aten`` ratios). The OpenMP wait policy in effect
-(``OMP_WAIT_POLICY``, read by libgomp when torch loads) is stated in the output. Two measures per phase: wall-clock tokens/s (what a client sees) and
+``engine_aten_...`` and their ``_vs_aten`` ratios). The OpenMP wait policy is passive unless
+``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is set, as under ``tokenwire serve``
+(engine/local/omp.py; libgomp reads it when torch loads, so compare policies across runs), and
+is stated in the output. Two measures per phase: wall-clock tokens/s (what a client sees) and
 tokens per CPU-second of the whole process (all threads, the engine's event loop included).
 On a machine shared with other work the wall-clock figures swing with the neighbours' load,
 while the CPU-time figures barely move, so the ratios are reported for both. Prints (and with
@@ -48,6 +50,8 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+from engine.local.omp import prefer_passive_wait
 
 PROMPTS = [
     "What is the capital of France?",
@@ -324,7 +328,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "settings": "tokenwire LocalEngine: eager (no torch.compile), torch threads as listed, no pinning, "
                     "prefix cache on (the chat prompts share their system prompt's first 16-token blocks, as vLLM 0.32 shares them with its default prefix caching)",
         "linear_kernels": kernel_of,
-        "omp_wait_policy": os.environ.get("OMP_WAIT_POLICY", "(unset: libgomp's default)"),
+        "omp_wait_policy": stats["omp_wait_policy"],
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "load_average": [round(x, 2) for x in loads],
@@ -421,6 +425,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", default=None, help="also write the JSON here")
     args = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    prefer_passive_wait()  # as `tokenwire serve` does, before torch loads (OMP_WAIT_POLICY=... overrides)
     result = asyncio.run(main_async(args)) if args.rounds > 0 else {}
     if args.serve_rss:
         result["serve_rss"] = serve_rss(args.prefix_tokens or 1000)

@@ -17,6 +17,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from engine.local.omp import prefer_passive_wait
 from server.assets import ensure_default_model
 from server.assets.cli import main as assets_main
 from server.gating import GatingError, decide
@@ -48,7 +49,9 @@ environment:
 
 ENGINE_ENVIRONMENT = """
   TOKENWIRE_NUM_THREADS                 torch threads of the local engine (default: OMP_NUM_THREADS,
-                                        else every CPU this process may run on)"""
+                                        else every CPU this process may run on)
+  OMP_WAIT_POLICY                       what torch's OpenMP threads do at a barrier (default under serve:
+                                        PASSIVE, they sleep; ACTIVE spins; docs/engine.md, Threads)"""
 
 NUM_THREADS_ENV = "TOKENWIRE_NUM_THREADS"
 
@@ -318,6 +321,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     quiet_transformers(progress_bars=args.command == "assets")
     if args.command == "launch":
         keep_torch_out()
+    if args.command == "serve":
+        prefer_passive_wait()  # before torch loads: libgomp reads it once (engine/local/omp.py)
     if args.command == "assets":
         return assets_main(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")

@@ -32,6 +32,7 @@ from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineU
 from engine.interface import Engine, EngineHealth, EngineStream
 from engine.local.device import resolve_dtype, resolve_prefix_cache_mb, resolve_threads
 from engine.local.grammar import Grammars
+from engine.local.omp import wait_policy
 from engine.local.params import ModelLimits, resolve
 from engine.local.prefix import PrefixCache
 from engine.local.runner import ModelRunner, read_limits
@@ -120,9 +121,9 @@ class LocalEngine(Engine):
                                         name="tokenwire-engine", daemon=True)
         self._thread.start()
         await ready
-        log.info("local engine ready: %s, dtype %s (%s), %d threads, max %d sequences",
+        log.info("local engine ready: %s, dtype %s (%s), %d threads (OpenMP wait: %s), max %d sequences",
                  self.model_dir.name, str(self.dtype).removeprefix("torch."), self.dtype_reason,
-                 self.num_threads, self.scheduler.max_num_seqs)
+                 self.num_threads, wait_policy(), self.scheduler.max_num_seqs)
 
     async def close(self) -> None:
         thread = self._thread
@@ -217,6 +218,7 @@ class LocalEngine(Engine):
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
             "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
+            "omp_wait_policy": wait_policy(),  # engine/local/omp.py
             "grammars_compiled": self.grammars.compiled,
             # budget-aware closing of structured outputs (engine/local/structured_closing.py): walks made,
             # tokens it forced, seconds spent (written by the engine thread; read as they are)
