@@ -1,20 +1,7 @@
-"""Abuse limits: request rate and concurrency per client, request body size and upload time.
-
-- **Per client** (the API key when the server has keys, else the client's address): at most
-  ``--max-concurrent-requests`` requests in flight and ``--rate-limit`` requests per minute (a token
-  bucket holding a minute's worth, so short bursts pass). HTTP requests and WebSocket request frames
-  draw from the same budget. Refused: HTTP 429 with ``Retry-After`` and the API's error envelope; a
-  session's ``error`` frame ``rate_limited`` (the session lives on). 0 turns a limit off (default).
-- **Request bodies** (every HTTP route): a ``Content-Length`` over :data:`MAX_BODY_BYTES` is refused
-  before a byte is read, a chunked body as soon as it passes the limit (413); a body that has not
-  fully arrived ``--body-timeout`` seconds after the request started is refused with 408, so a
-  client trickling its upload cannot hold a connection and its buffers.
-
-WebSocket messages are limited by the WebSocket layer (``--ws-max-frame-bytes``: close 1009 before the
-message is read whole) and per session by ``--ws-max-in-flight``.
-
-:class:`Limiter` is sans-I/O (the clock comes in as an argument); :class:`LimitMiddleware` applies it
-and the body rules to HTTP, ``server.ws.connection`` to request frames.
+"""Abuse limits: request rate and concurrency per client (HTTP and WebSocket request frames share the
+budget; 429 / ``rate_limited``), request body size (413) and upload time (408). :class:`Limiter`
+is sans-I/O; :class:`LimitMiddleware` applies it to HTTP. Every limit, its flag and its answer:
+docs/reliability.md, "Limits and abuse".
 """
 
 from __future__ import annotations

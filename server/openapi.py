@@ -1,20 +1,8 @@
-"""The OpenAPI document, built from the same route list the app registers.
-
-The document must say what the server really accepts and answers (``tests/e2e/test_http_fuzz.py``
-checks it with schemathesis against real servers):
-
-- every named model is a component (top-level request models too), so the refinements below
-  apply wherever a model appears;
-- :data:`REFINEMENTS` states the rules the request validators check beyond the field types
-  (a non-empty ``messages``, a completion ``prompt`` that must be present, fields this server
-  refuses), each next to the validator it mirrors, and integers carry the bounds of the JSON parser. Rules that depend on the model (token ids
-  against the vocabulary, prompt + ``max_tokens`` against the context) or tie several sampling
-  fields together stay out of the schema: they are 400s with a message naming the field;
-- errors declare the envelope of their API: OpenAI's ``{"error": {...}}`` everywhere, Anthropic's
-  ``{"type": "error", "error": {...}}`` on ``/v1/messages``; an operation with a JSON body declares
-  its 415 (a body sent without ``Content-Type: application/json``);
-- ``text/event-stream`` answers declare the shape of one event (what ``data:`` carries), as
-  OpenAPI 3.1 tools read a streaming media type's schema.
+"""The OpenAPI document, built from the same route list the app registers, so that it says what the
+server really accepts and answers (``tests/e2e/test_http_fuzz.py`` checks it with schemathesis):
+named models as components, :data:`REFINEMENTS` for the validators' rules beyond the field types,
+each API's error envelope, SSE event shapes. What is in the document and what stays out on
+purpose: docs/reliability.md, "HTTP fuzzing".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""Graceful shutdown: SIGTERM stops accepting, lets work in flight finish up to a deadline, then ends
-the rest with a clear error, and the process exits 0.
-
-::
-
-    SIGTERM ─▶ listener closed (no new connections)
-            ─▶ draining: a new HTTP request on a kept-alive connection, or a new request frame on a
-               WebSocket session, is refused with 503 / error ``shutting_down``; everything already
-               running goes on
-            ─▶ in flight reaches 0, or --shutdown-timeout passes: the engine is closed, so every
-               generation still running ends with :class:`~engine.errors.EngineShutDown` (503,
-               ``shutting_down``): an HTTP error, an SSE error event, an ``error`` frame
-            ─▶ uvicorn's own shutdown: idle keep-alive connections closed, sessions closed with 1012
-               ("the server is restarting"), the engine closed, exit 0
-
-:class:`Drain` is the per-process state (``Services.drain``, server/services.py); :class:`DrainMiddleware` counts HTTP
-requests in flight (a streaming answer counts until its last byte) and :meth:`Drain.track` wraps a
-WebSocket request's work; :class:`GracefulServer` runs the sequence above around uvicorn's shutdown.
+"""Graceful shutdown: SIGTERM stops accepting, lets work in flight finish up to a deadline
+(``--shutdown-timeout``), then ends the rest with a clear error (503 ``shutting_down``), and the
+process exits 0. :class:`Drain` is the per-process state, :class:`DrainMiddleware` counts HTTP
+requests in flight, :class:`GracefulServer` runs the sequence. The sequence and its tests:
+docs/reliability.md, "Graceful shutdown".
 """
 
 from __future__ import annotations

@@ -1,22 +1,8 @@
-"""``POST /inference/v1/generate``, ``POST /abort_requests`` and ``GET /engine/stats``.
-
-Generate speaks vLLM 0.32's tokens-only shapes: the body is a ``GenerateRequest`` (render's
-output verbatim, or just ``{token_ids, sampling_params}``); the answer is a ``GenerateResponse``
-with id ``generate-tokens-<request id>``, or with ``"stream": true`` one SSE event per engine
-step carrying that step's new tokens, then (with ``stream_options.include_usage``) a usage-only
-event with ``choices: []``, then ``data: [DONE]``.
-
-A client that goes away mid-request has its generation aborted: for SSE, Starlette cancels the
-stream when the client disconnects; for JSON, :func:`server.http.until_disconnect` watches the socket
-while the engine works; either way the engine stream is closed on the way out, which aborts the
-request (``EngineStream.aclose``, docs/engine.md "Closing a stream"). Engine errors raised before
-the first token are HTTP errors (translated once in ``server.errors``); an error after the stream
-started is an SSE ``error`` event. What the outputs become is ``server.generate_output``'s, the SSE
-bytes ``server.sse``'s.
-
-``/abort_requests`` (``{"request_ids": [...]}``) answers 200 with an empty body, also for
-unknown ids; it exists in ``--tokens-only`` mode only (vLLM 0.32 also serves it under
-``/inference/v1/abort_requests``, and so do we).
+"""``POST /inference/v1/generate``, ``POST /abort_requests`` and ``GET /engine/stats``, in vLLM 0.32's
+tokens-only shapes. A client that goes away has its generation aborted (the engine stream is
+closed on the way out); errors before the first token are HTTP errors, after it an SSE ``error``
+event. The shapes: docs/engine.md, "HTTP (vLLM 0.32 shapes)"; what the outputs become is
+``server.generate_output``'s, the SSE bytes ``server.sse``'s.
 """
 
 from __future__ import annotations
