@@ -1,35 +1,9 @@
-"""The one place that chains render → generate → derender.
-
-Every full pipeline (OpenAI ``/v1/chat/completions`` and ``/v1/completions``, Anthropic
-``/v1/messages``, JSON and SSE, and the WebSocket ``chat`` / ``completion`` / ``messages`` frames)
-runs through :class:`Pipeline`:
-
-1. validate the body and render it (the template and tokenizer run on a worker thread);
-2. admit the engine request(s) — admission and validation errors surface here, before any byte of
-   a stream is sent, so they are ordinary HTTP errors / error frames;
-3. per engine step, push the new token ids through the in-memory incremental derenderer (O(step),
-   on the event loop: a step costs microseconds, less than a thread hop) and emit what became
-   certain; when derender detects a stop string, the engine request is stopped at once.
-
-What each engine output becomes is decided in one place, :meth:`PipelineStream.feed` in
-``server.pipeline_stream`` (with ``start`` / ``finish`` for the events around the outputs). Streams are consumed two ways over it:
-iterated (``stream_events``: SSE, and any engine), or, for a WebSocket session in front of an
-engine stream that can hand its outputs over on the event loop (the engine link), *step-wise*:
-:meth:`PipelineStream.listen` runs ``feed`` inside the engine's own delivery and reports the
-events at once, so no task is woken per request per engine step.
-
-Leaving a stream early (client gone, ``cancel``) closes its engine streams, which aborts the
-requests at the engine and frees their memory (``EngineStream.aclose``, docs/engine.md "Closing a
-stream"). What a non-streaming answer's engine outputs add up to is ``server.generate_output``'s.
-
-Resumable streams (WebSocket): with ``checkpoints=True`` every event carries a signed checkpoint
-of the derender state and the output token ids it covers. The checkpoint holds the count and a
-digest of *all* output ids up to it (:class:`OutputDigest`), so a resume must send exactly the ids
-the stream produced: any altered, added or missing id is ``bad_state``. A stream resumed with that
-checkpoint and the output ids received so far re-renders the prompt, continues generation from
-prompt + output with the remaining budget (``extra_args.output_offset`` tells the engine how many
-output tokens came before, so seeded sampling continues identically), and derenders from the
-checkpoint.
+"""The one place that chains render → generate → derender, for every full pipeline (OpenAI and
+Anthropic endpoints, JSON and SSE, and the WebSocket ``chat`` / ``completion`` / ``messages``
+frames): render on a worker thread, admit before any byte is sent, derender each engine step in
+memory, stop the engine at a stop string; resumable streams carry signed checkpoints bound to an
+:class:`OutputDigest`. How a request flows, how streams are consumed and resumed: docs/serve.md,
+"How a request flows" and "Resumable streams (WebSocket)".
 """
 
 

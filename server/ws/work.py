@@ -1,21 +1,7 @@
-"""Carry out one ``Start*`` action of the session against the pipeline, reporting as it goes.
-
-The stages (``server.ws.stages`` over ``server.pipeline``, the one module that chains render →
-generate → derender) do the work; this module only turns their results into the session's inputs
-(``Reporter``), with the shapes the HTTP endpoints give for the same inputs:
-
-- render → the ``GenerateRequest`` wire dict (chat, messages) or a list of them (completion);
-- generate → one ``/inference/v1/generate`` stream chunk per engine step, usage in ``generate.done``;
-- derender → the streaming derender response ``{"chunk", "stream_state"}``;
-- chat / completion / messages → the OpenAI chunks / Anthropic events of the streaming endpoint;
-  where the stream can be listened to (``Listenable``: the engine link), its events are reported
-  from the engine's delivery and the request's task only waits for the end (and, cancelled,
-  closes the stream, which aborts the engine request).
-
-Streams are always closed on the way out; an engine stream closes as every engine stream does
-(``EngineStream.aclose``: shielded, bounded, docs/engine.md "Closing a stream"), so a cancelled
-request (or a closed socket) aborts its engine work at once, even though the task running it is
-being cancelled.
+"""Carry out one ``Start*`` action of the session against the pipeline's stages, reporting as it goes
+(``Reporter``) with the shapes the HTTP endpoints give for the same inputs; streams are always
+closed on the way out, which aborts their engine work. What each action reports: docs/serve.md,
+"How a request flows".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""An incremental JSON reader that re-emits the canonical form of what it has read.
-
-``JsonValueStreamer`` reads ONE JSON value from text that arrives in pieces and appends, as soon
-as each part is certain, the text of ``json.dumps(json.loads(value), ensure_ascii=False)`` — the
-form vLLM's non-streaming parsers return for tool-call arguments. Concatenating everything it
-emitted therefore gives exactly the string a one-shot ``json.loads`` + ``json.dumps`` would give,
-for any split of the input.
-
-(One exception: a lone surrogate escape stays escaped, see ``_esc``.)
-
-It accepts exactly what Python's ``json.loads`` accepts (strict strings, ``NaN`` / ``Infinity``
-/ ``-Infinity``, JSON whitespace only) and reports the first character that ``json.loads`` would
-reject, so a caller can tell early that a block is malformed. Its state is small and JSON-ready
-(``to_state`` / ``from_state``): the container stack, the scalar token being read, an unfinished
-escape. It never keeps the text it has consumed.
-
-Known limit: duplicate keys. ``json.loads`` keeps the last value at the first key's position; a
-streamer cannot take back what it already emitted, so duplicates are emitted as they come.
+"""An incremental JSON reader that re-emits the canonical form of what it has read:
+``JsonValueStreamer`` reads one JSON value in pieces and appends, as soon as each part is certain,
+the text of ``json.dumps(json.loads(value), ensure_ascii=False)``, for any split; small JSON-ready
+state, never the consumed text. What it accepts, its one exception (lone surrogates) and its limit
+(duplicate keys): docs/parsers.md, "Arguments: canonical streaming".
 """
 
 from __future__ import annotations

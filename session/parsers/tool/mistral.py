@@ -1,20 +1,6 @@
-"""``mistral``: Mistral tool calls after the ``[TOOL_CALLS]`` special token.
-
-Two output forms, told apart by what follows the marker (vLLM tells them apart by tokenizer
-version; the text says the same thing without needing the tokenizer):
-
-- ``[TOOL_CALLS][{"name": ..., "arguments": {...}}, ...]`` (tokenizers before v11, e.g. Mistral
-  Nemo): the arguments are ``json.dumps(value, ensure_ascii=False)``, ``{}`` when absent; text
-  after the list is dropped. A list that is not valid JSON falls back to content (vLLM returns
-  the text after the marker; here the content before the marker has been streamed already, so it
-  stays, followed by that text).
-- ``[TOOL_CALLS]name[ARGS]{...}`` / ``[TOOL_CALLS]name{...}`` (v11 and later), once per call: the
-  name is the text up to the first ``{`` without ``[ARGS]``, the arguments are the raw text up to
-  the next marker, as vLLM returns them (it keeps badly formatted arguments on purpose, so the
-  model sees what it called). A segment without ``{`` is skipped.
-
-Content is the text before the first marker. ``[TOOL_CALLS]{...}`` (one object, no list) is read
-as a one-call list (vLLM's pre-v11 path fails on it). Mistral call ids are 9 alphanumerics.
+"""``mistral``: Mistral tool calls after the ``[TOOL_CALLS]`` special token, in both output forms (a
+JSON list before tokenizer v11, ``name[ARGS]{...}`` from v11), told apart by the text after the
+marker. The rules and where they differ from vLLM: docs/parsers.md, "mistral".
 """
 
 from __future__ import annotations
