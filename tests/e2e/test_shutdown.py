@@ -1,14 +1,17 @@
 """Graceful shutdown of a real ``serve`` process (server/shutdown.py): SIGTERM stops accepting, lets
 streams in flight finish up to ``--shutdown-timeout``, ends the rest with a clear 503
 ``shutting_down`` error (HTTP error, SSE error event, WebSocket error frame), closes sessions with
-1012, and the process exits 0."""
+1012, and the process exits 0.
+
+Each test shuts down a server of its own; both servers start side by side when the module begins
+(two processes loading at once take about as long as one)."""
 
 from __future__ import annotations
 
 import signal
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +21,7 @@ import pytest
 from websockets.exceptions import ConnectionClosed
 from websockets.sync.client import ClientConnection
 
+from tests.e2e.deploy_support import side_by_side
 from tests.support.server_proc import ServerProcess
 from tests.support.ws_fuzz import open_session
 
@@ -26,9 +30,23 @@ pytestmark = pytest.mark.slow
 CHAT = {"messages": [{"role": "user", "content": "Tell me a story."}], "temperature": 0, "ignore_eos": True}
 
 
-def start(asset: Callable[[str], Path], timeout: float) -> ServerProcess:
+TIMEOUTS = {"drain": 60.0, "past-timeout": 1.0}  # each test's server: its --shutdown-timeout
+
+
+def server(asset: Callable[[str], Path], timeout: float) -> ServerProcess:
     return ServerProcess(["serve", str(asset("tiny-qwen3")), "--dtype", "float32", "--max-model-len", "4096",
-                          "--shutdown-timeout", str(timeout)], startup_timeout=180).start()
+                          "--shutdown-timeout", str(timeout)], startup_timeout=180)
+
+
+@pytest.fixture(scope="module")
+def servers(asset: Callable[[str], Path]) -> Iterator[dict[str, ServerProcess]]:
+    """One fresh server per test (each is shut down by its test), started side by side."""
+    procs = {name: server(asset, timeout) for name, timeout in TIMEOUTS.items()}
+    try:
+        side_by_side(*(srv.start for srv in procs.values()))
+        yield procs
+    finally:
+        side_by_side(*(srv.stop for srv in procs.values()))
 
 
 class SseReader(threading.Thread):
@@ -85,8 +103,8 @@ def text_of(events: list[Any]) -> str:
                    if isinstance(e, dict) and e.get("choices"))
 
 
-def test_sigterm_lets_streams_in_flight_finish_refuses_new_work_and_exits_0(asset: Callable[[str], Path]) -> None:
-    srv = start(asset, timeout=60)
+def test_sigterm_lets_streams_in_flight_finish_refuses_new_work_and_exits_0(servers: dict[str, ServerProcess]) -> None:
+    srv = servers["drain"]
     try:
         expected = httpx.post(srv.url + "/v1/chat/completions", json={**CHAT, "max_tokens": 400}, timeout=120).json()
         sse = SseReader(srv, 400)
@@ -113,8 +131,8 @@ def test_sigterm_lets_streams_in_flight_finish_refuses_new_work_and_exits_0(asse
     assert sse.events[-1] == "[DONE]"
 
 
-def test_past_the_shutdown_timeout_work_in_flight_ends_with_a_clear_error(asset: Callable[[str], Path]) -> None:
-    srv = start(asset, timeout=1)
+def test_past_the_shutdown_timeout_work_in_flight_ends_with_a_clear_error(servers: dict[str, ServerProcess]) -> None:
+    srv = servers["past-timeout"]
     try:
         sse = SseReader(srv, 3500)
         sse.start()
