@@ -98,7 +98,21 @@ def pack_linears(model: Any, dtype: torch.dtype, wanted: bool | None = None) -> 
             packed[id(linear)] = pw
     for parent, name, linear in targets:
         setattr(parent, name, PackedLinear(linear, packed[id(linear)]))
+    _own_the_rest(model)
     return len(targets), "oneDNN packed (bf16)"
+
+
+def _own_the_rest(model: Any) -> None:
+    """Copy the parameters that stay dense (embeddings, norms) out of the checkpoint's memory map.
+
+    transformers maps the safetensors file and its tensors point into that mapping. Packing read
+    every weight, so every page of the file is resident, and the mapping lives as long as any
+    tensor of the file does: the dense weights the packed ones replaced would stay in the RSS
+    (SmolLM2: +200 MiB idle, 949 instead of 714 MiB). Once the remaining parameters are copies,
+    the mapping and its pages go."""
+    with torch.no_grad():
+        for param in model.parameters():
+            param.data = param.data.clone()
 
 
 def _children(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:

@@ -88,6 +88,8 @@ class ModelRunner:
         self._check_architecture()
         self.packed_linears, self.linear_kernel = pack_linears(model, self.dtype, self.packed_wanted)
         log.info("linear layers: %s (%d packed)", self.linear_kernel, self.packed_linears)
+        if self.packed_linears:
+            _malloc_trim()  # the heap the dense weights' copies and the packing's scratch used
 
     def _check_architecture(self) -> None:
         """One tiny forward through StepCache: every layer must have written its keys/values."""
