@@ -14,7 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-import anyio.to_thread
+import orjson
 
 from engine.errors import EngineUnavailable
 from engine.interface import Engine, EngineStream
@@ -28,6 +28,7 @@ from server.pipeline_stream import (
     PipelineStream,
     _Prepared,
 )
+from server.render_work import render_work
 from session.client_frames import Kind
 from session.derender import (
     ChatDerenderer,
@@ -78,12 +79,12 @@ class Pipeline:
     async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]:
         if kind == "chat":
             chat = validate(ChatCompletionRequest, body)
-            return [await anyio.to_thread.run_sync(self.renderer.render_chat, chat)]
+            return [await render_work(self.renderer.render_chat, chat, _size(body))]
         if kind == "completion":
             comp = validate(CompletionRequest, body)
-            return await anyio.to_thread.run_sync(self.renderer.render_completion, comp)
+            return await render_work(self.renderer.render_completion, comp, _size(body))
         msgs = validate(MessagesRequest, body)
-        return [await anyio.to_thread.run_sync(self.renderer.render_messages, msgs)]
+        return [await render_work(self.renderer.render_messages, msgs, _size(body))]
 
     def generate(self, request: GenerateRequest) -> EngineStream:
         return metrics.generate(self.engine, request)
@@ -127,7 +128,7 @@ class Pipeline:
         tool_parser, reasoning_parser, auto = self.parser_names
         if kind == "completion":
             comp = validate(CompletionRequest, body)
-            reqs = await anyio.to_thread.run_sync(self.renderer.render_completion, comp)
+            reqs = await render_work(self.renderer.render_completion, comp, _size(body))
             ds: list[ChatDerenderer | CompletionDerenderer] = [
                 completion_derenderer(comp, r.token_ids, request_id=_base_id(reqs), created=created, model=model,
                                       tokenizer=tok, prompt_index=k)
@@ -140,10 +141,10 @@ class Pipeline:
         if kind == "messages":
             msgs = validate(MessagesRequest, body)
             chat = to_openai_chat(msgs)
-            req = await anyio.to_thread.run_sync(self.renderer.render_messages, msgs)
+            req = await render_work(self.renderer.render_messages, msgs, _size(body))
         else:
             chat = validate(ChatCompletionRequest, body)
-            req = await anyio.to_thread.run_sync(self.renderer.render_chat, chat)
+            req = await render_work(self.renderer.render_chat, chat, _size(body))
         d = chat_derenderer(chat, req.token_ids, request_id=req.request_id or "", created=created, model=model,
                             tokenizer=tok, tool_parser=tool_parser, reasoning_parser=reasoning_parser,
                             enable_auto_tool_choice=auto)
@@ -256,3 +257,7 @@ class _StopWatch:
             stream = self.streams[index] = ChoiceStream.new(self.spec, index)
         return bool(stream.push(token_ids).stop_engine)
 
+
+def _size(body: dict[str, Any]) -> int:
+    """The request body's size as JSON (what decides where it renders: ``server.render_work``)."""
+    return len(orjson.dumps(body))

@@ -1,12 +1,8 @@
 """``POST /v1/chat/completions/render``, ``/v1/completions/render``, ``/v1/messages/render``.
 
 The body is validated into the session request model (a wrong type is a 400 naming the field),
-then rendered. Chat templates and tokenization are CPU work, so renders run on a worker thread,
-except small ones: a request body of at most ``INLINE_MAX_BODY_BYTES`` renders on the event loop,
-because for those the thread hop costs more than the render (measured on this 2-core machine
-class: a short chat renders in about 0.15-0.3 ms, a 1 KiB one in about 0.5 ms, while the hop
-through ``anyio.to_thread`` added about 0.3 ms of p50 latency and halved requests/s at
-concurrency 1; see docs/render.md).
+then rendered: on the event loop when the body is small, else on a worker thread
+(``server/render_work.py`` decides it, for these routes and the pipeline alike).
 
 The per-process :class:`~session.render.Renderer` is built once, at start-up
 (``server/services.py``: it copies the tokenizer and compiles the template). Errors are raised and
@@ -15,10 +11,10 @@ translated once, in ``server.errors``.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-import anyio.to_thread
 import orjson
 from pydantic import BaseModel
 from starlette.requests import Request
@@ -27,12 +23,11 @@ from starlette.responses import Response
 from engine.protocol import GenerateRequest
 from server.gating import RouteGroup
 from server.http import read_json, validate
+from server.render_work import render_work
 from server.routing import Route
 from server.services import services_of
 from session.protocol import ChatCompletionRequest, CompletionRequest, MessagesRequest
 from session.render import Renderer
-
-INLINE_MAX_BODY_BYTES = 1024
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -40,10 +35,7 @@ M = TypeVar("M", bound=BaseModel)
 async def _render(request: Request, model: type[M], work: Callable[[Renderer, M], Any]) -> Response:
     req = validate(model, await read_json(request))
     renderer = services_of(request).renderer
-    if len(await request.body()) <= INLINE_MAX_BODY_BYTES:
-        result = work(renderer, req)
-    else:
-        result = await anyio.to_thread.run_sync(work, renderer, req)
+    result = await render_work(functools.partial(work, renderer), req, len(await request.body()))
     return Response(orjson.dumps(result), media_type="application/json")
 
 
