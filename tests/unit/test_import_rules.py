@@ -316,10 +316,14 @@ def _cycles(edges: dict[str, set[str]]) -> list[list[str]]:
             if len(component) > 1:
                 out.append(sorted(component))
 
-    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
-    for v in sorted(edges):
-        if v not in index:
-            strong(v)
+    limit = sys.getrecursionlimit()  # restored: tests that run later depend on the default (deep JSON)
+    sys.setrecursionlimit(max(limit, 10_000))
+    try:
+        for v in sorted(edges):
+            if v not in index:
+                strong(v)
+    finally:
+        sys.setrecursionlimit(limit)
     return out
 
 
