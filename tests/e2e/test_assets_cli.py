@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
+import pytest
+
 from server.assets import ASSETS
 from server.assets.downloads import DOWNLOADS_ENV, downloads_dir
 from tests.support.server_proc import run_cli
@@ -21,6 +23,7 @@ def test_list_shows_every_asset_with_state_and_path(asset: Callable[[str], Path]
     assert rows["qwen3"].split()[2] == "built" and rows["qwen3"].endswith(str(built))
 
 
+@pytest.mark.slow
 def test_build_into_a_cache_dir_shows_progress(tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     env = {DOWNLOADS_ENV: str(downloads_dir()), "TOKENWIRE_CACHE_DIR": None}

@@ -19,6 +19,8 @@ from websockets.asyncio.client import connect
 from tests.e2e.ws_client import SessionClient, chat_text
 from tests.support.server_proc import ServerProcess
 
+pytestmark = pytest.mark.slow  # real servers loading models: the full suite only, not the fast loop
+
 NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
 
 

@@ -27,6 +27,8 @@ from tests.support.vision import (
     reference_content,
 )
 
+pytestmark = pytest.mark.slow  # real servers loading models: the full suite only, not the fast loop
+
 NEW = 12
 IMAGES = [image(10, 60, 45), image(11, 30, 120)]
 

@@ -176,6 +176,7 @@ def test_derender_frames_give_what_the_http_endpoint_gives(server: ServerProcess
     assert ws == http
 
 
+@pytest.mark.slow
 def test_permessage_deflate_is_off_by_default_and_on_with_the_flag(server: ServerProcess,
                                                                    asset: Callable[[str], Path]) -> None:
     async def extensions(url: str, **kwargs: Any) -> list[str]:

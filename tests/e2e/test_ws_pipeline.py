@@ -15,6 +15,8 @@ import pytest
 from tests.e2e.ws_client import SessionClient, chat_text
 from tests.support.server_proc import ServerProcess
 
+pytestmark = pytest.mark.slow  # real servers loading models: the full suite only, not the fast loop
+
 SECRET = "e2e-replicas-0123456789-abcdefghijklmnopqrstuvwxyz"
 TOOLS = [{"type": "function", "function": {
     "name": "get_weather", "description": "Weather for a city",

@@ -17,6 +17,8 @@ import pytest
 from tests.e2e.ws_client import SessionClient, chat_text
 from tests.support.server_proc import ServerProcess
 
+pytestmark = pytest.mark.slow  # real servers loading models: the full suite only, not the fast loop
+
 SESSIONS = 500
 STREAMING = 100
 ARTIFACTS = Path(__file__).resolve().parents[1] / "artifacts"

@@ -52,6 +52,7 @@ def _vectors(directory: Path) -> list[tuple[str, list[int]]]:
 # --- tokenizers -------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", VECTOR_TOKENIZERS)
 def test_tokenizer_passes_llama_cpp_vectors(name: str, asset: Callable[[str], Path],
                                             tokenizer: Callable[[str], Any]) -> None:
@@ -237,6 +238,7 @@ def _greedy(directory: Path, prompt_ids: list[int], n: int) -> list[int]:
     return [int(t) for t in out[0][len(prompt_ids):]]
 
 
+@pytest.mark.slow
 def test_default_model_answers_a_chat_prompt(asset: Callable[[str], Path],
                                              tokenizer: Callable[[str], Any]) -> None:
     directory = assets.ensure_default_model()
@@ -259,6 +261,7 @@ def test_default_model_answers_a_chat_prompt(asset: Callable[[str], Path],
     ("tiny-qwen3", "Qwen3ForCausalLM", "qwen3", [151645, 151643]),
     ("tiny-llama", "LlamaForCausalLM", "llama3.1", [128001, 128008, 128009]),
 ])
+@pytest.mark.slow
 def test_tiny_model_loads_and_generates_deterministically(
         name: str, arch: str, tokenizer_name: str, eos: list[int], asset: Callable[[str], Path],
         tokenizer: Callable[[str], Any]) -> None:
@@ -280,6 +283,7 @@ def test_tiny_model_loads_and_generates_deterministically(
     assert _greedy(directory, list(prompt), 6) == first
 
 
+@pytest.mark.slow
 def test_tiny_model_weights_are_reproducible(asset: Callable[[str], Path], tmp_path: Path) -> None:
     directory = asset("tiny-qwen3")
     models.build_tiny(models.TINY["tiny-qwen3"], tmp_path, asset)
@@ -313,6 +317,7 @@ def test_cache_dir_honours_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_
     assert assets.cache_dir() == Path(platformdirs.user_cache_dir("tokenwire"))
 
 
+@pytest.mark.slow
 def test_concurrent_ensure_builds_once_and_rebuilds_corrupt_or_partial_entries(scratch_cache: Path) -> None:
     name = "deepseek-v3.1"  # the cheapest asset to build (a few seconds)
     builds: list[str] = []
@@ -364,6 +369,7 @@ def test_stale_recipe_version_is_rebuilt(scratch_cache: Path) -> None:
     assert asset_cache.check(directory, 1, deep=False).ok  # sizes only
 
 
+@pytest.mark.slow
 def test_corrupt_download_is_replaced_and_checksum_mismatch_is_explained(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv(asset_cache.CACHE_ENV, str(tmp_path / "cache"))

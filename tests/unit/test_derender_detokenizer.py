@@ -37,6 +37,7 @@ def _chunked(det: Any, ids: list[int], rnd: random.Random) -> list[str]:
     return out
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [*TOKENIZERS, DEFAULT_MODEL])
 def test_every_token_bytes_decode_like_the_tokenizer(name: str, tokenizer: Callable[[str], Any]) -> None:
     tok = tokenizer(name)

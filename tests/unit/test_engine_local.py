@@ -37,6 +37,7 @@ def sampled(p: list[int], **kw: Any) -> Any:
     return request(p, **kw)
 
 
+@pytest.mark.slow
 def test_same_seed_same_tokens_whatever_shares_the_batch(h: EngineHarness, prompt: list[int]) -> None:
     alone = h.run(sampled(prompt, max_tokens=20))[0].ids
     crowd = [sampled(prompt[i:], max_tokens=15 + i, seed=i) for i in range(1, 6)]

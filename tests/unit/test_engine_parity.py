@@ -19,6 +19,10 @@ import pytest
 from tests.conftest import DEFAULT_MODEL, TINY_MODELS
 from tests.support.engine_harness import EngineHarness, Reference, request, running_engine
 
+# Several minutes on 2 cores (the default model's shared batch alone up to 140 s): the full suite runs
+# it, the fast loop (pytest -m "not slow") does not.
+pytestmark = pytest.mark.slow
+
 TEXTS = [
     "The quick brown fox",
     "Write a short poem about rivers and the people who live by them.",

@@ -89,6 +89,7 @@ def pair(asset: Callable[[str], Path]) -> Iterator[tuple[EngineHarness, EngineHa
         yield off, on
 
 
+@pytest.mark.slow
 def test_a_shared_prefix_is_reused_and_gives_the_same_tokens(pair: tuple[EngineHarness, EngineHarness]) -> None:
     off, on = pair
     prefix = words(200, 30)
@@ -105,6 +106,7 @@ def test_a_shared_prefix_is_reused_and_gives_the_same_tokens(pair: tuple[EngineH
     assert off.engine.stats()["prefix_cache_hits"] == 0
 
 
+@pytest.mark.slow
 def test_a_prompt_that_is_all_cached_prefix_still_computes_its_last_token(
         pair: tuple[EngineHarness, EngineHarness]) -> None:
     off, on = pair
@@ -115,6 +117,7 @@ def test_a_prompt_that_is_all_cached_prefix_still_computes_its_last_token(
     assert on.engine.prefix.hits == hits + 1
 
 
+@pytest.mark.slow
 def test_resumed_generations_do_not_use_the_cache(pair: tuple[EngineHarness, EngineHarness]) -> None:
     _, on = pair
     p = words(3 * BLOCK, 60)
@@ -145,6 +148,7 @@ def test_the_cache_stays_within_its_budget_and_evicts(asset: Callable[[str], Pat
         assert h.engine.stats()["prefix_cache_hits"] == hits + 1
 
 
+@pytest.mark.slow
 def test_the_default_model_with_a_cached_prefix_matches_model_generate(asset: Callable[[str], Path]) -> None:
     path = asset(DEFAULT_MODEL)
     prefix = words(200, 80)
@@ -156,6 +160,7 @@ def test_the_default_model_with_a_cached_prefix_matches_model_generate(asset: Ca
     assert got == [ref.greedy(p, 16) for p in prompts]
 
 
+@pytest.mark.slow
 def test_an_idle_engine_returns_large_freed_buffers_to_the_os(asset: Callable[[str], Path]) -> None:
     """Issue 22 item 4: after a long prompt the serve process stayed ~100 MiB above its idle RSS
     (glibc kept the freed KV pages); once idle a moment the engine calls malloc_trim, once."""

@@ -39,6 +39,7 @@ def seeded(ids: list[int], **kw: Any) -> Any:
     return request(ids, temperature=1.0, ignore_eos=True, **kw)
 
 
+@pytest.mark.slow
 def test_a_seeded_resume_continues_exactly_at_every_cut(h: EngineHarness, prompt: list[int]) -> None:
     full = h.run(seeded(prompt, max_tokens=TOKENS))[0].ids
     assert len(full) == TOKENS
@@ -47,6 +48,7 @@ def test_a_seeded_resume_continues_exactly_at_every_cut(h: EngineHarness, prompt
         assert full[:k] + rest == full, f"resumed after {k} tokens"
 
 
+@pytest.mark.slow
 def test_a_greedy_resume_continues_exactly(h: EngineHarness, prompt: list[int]) -> None:
     full = h.run(request(prompt, max_tokens=TOKENS, temperature=0.0, ignore_eos=True))[0].ids
     for k in (3, 17):
@@ -66,6 +68,7 @@ def test_a_resume_replayed_beside_other_requests_is_still_exact_in_fp32(h: Engin
     assert full[:k] + runs[1].ids == full
 
 
+@pytest.mark.slow
 def test_the_replay_can_be_turned_off_and_is_what_makes_bf16_exact(h: EngineHarness, prompt: list[int]) -> None:
     full = h.run(seeded(prompt, max_tokens=TOKENS))[0].ids
     exact = []

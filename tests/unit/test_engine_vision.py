@@ -58,6 +58,7 @@ def expected(reference: VisionReference, count: int) -> list[int]:
     return reference.greedy([{"role": "user", "content": reference_content(IMAGES[:count])}], NEW)
 
 
+@pytest.mark.slow
 def test_greedy_with_one_and_two_images_matches_model_generate(
         engine: EngineHarness, renderer: Renderer, reference: VisionReference) -> None:
     want = [expected(reference, 1), expected(reference, 2)]
@@ -66,6 +67,7 @@ def test_greedy_with_one_and_two_images_matches_model_generate(
     assert got == want
 
 
+@pytest.mark.slow
 def test_images_and_text_share_a_batch_and_both_stay_correct(
         engine: EngineHarness, renderer: Renderer, reference: VisionReference, tokenizer: Callable[[str], Any]) -> None:
     tok = tokenizer(VL_MODEL)

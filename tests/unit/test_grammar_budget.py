@@ -65,6 +65,7 @@ def worker(info: Any) -> Iterator[CompileWorker]:
     w.close()
 
 
+@pytest.mark.slow
 def test_the_worker_compiles_what_the_engine_enforces(worker: CompileWorker) -> None:
     grammar = worker.compile("json", SCHEMAS["person"], True)
     matcher = xgr.GrammarMatcher(grammar)
@@ -90,6 +91,7 @@ def test_a_constraint_demanding_huge_documents_is_refused_before_compiling(worke
     assert worker.pid == pid or pid is None  # refused by reading, nothing killed
 
 
+@pytest.mark.slow
 def test_a_compile_over_its_cpu_budget_is_killed_and_the_next_one_gets_a_fresh_worker(worker: CompileWorker) -> None:
     worker.compile("json_object", True, True)  # started
     before, killed = worker.started, worker.killed
@@ -100,6 +102,7 @@ def test_a_compile_over_its_cpu_budget_is_killed_and_the_next_one_gets_a_fresh_w
     assert worker.started == before + 1
 
 
+@pytest.mark.slow
 def test_a_compile_over_its_memory_budget_fails_in_the_worker_and_the_next_one_gets_a_fresh_worker(info: Any) -> None:
     w = CompileWorker(info, cpu_s=60.0, wall_s=60.0, memory_bytes=64 << 20)
     big = {"type": "string", "enum": [f"value-{i:06d}-" + "x" * 40 for i in range(100_000)]}
@@ -139,6 +142,7 @@ def h(asset: Callable[[str], Path]) -> Iterator[EngineHarness]:
      "sampling_params.structured_outputs.json"),
     ({"grammar": 'root ::= "a"{1000000}'}, "sampling_params.structured_outputs.grammar"),
 ])
+@pytest.mark.slow
 def test_the_engine_refuses_a_constraint_over_budget_with_a_400_naming_the_field(
         h: EngineHarness, so: dict[str, Any], param: str) -> None:
     with pytest.raises(InvalidGenerateRequest) as info:
@@ -155,6 +159,7 @@ def test_the_engine_refuses_a_constraint_over_budget_with_a_400_naming_the_field
     assert h.wait_idle() == 0
 
 
+@pytest.mark.slow
 def test_a_slow_constraint_is_a_400_and_the_next_constraint_compiles(h: EngineHarness) -> None:
     with pytest.raises(InvalidGenerateRequest) as info:
         h.run(request([1, 2, 3], max_tokens=16, structured_outputs=structured_outputs(regex=SLOW)))

@@ -242,6 +242,7 @@ def test_a_placeholder_typed_in_the_text_or_a_cut_prompt_is_a_400(renderer: Rend
     assert info.value.param == "truncate_prompt_tokens"
 
 
+@pytest.mark.slow
 def test_the_render_tier_decodes_and_processes_images_without_torch(vl_dir: Path) -> None:
     code = (
         "import sys\n"

@@ -29,6 +29,9 @@ EOS = {151645, 151643}
 # on 2 cores); the default keeps the whole suite inside CI's budget with the same checks.
 N_SEEDS = int(os.environ.get("TOKENWIRE_STRUCTURED_SEEDS", "16"))
 N_LONG = max(4, N_SEEDS // 2)  # JSON mode and required tool calls: longer documents, fewer seeds
+# A few minutes on 2 cores (16 seeded generations per schema): the full suite runs it, the fast loop
+# (pytest -m "not slow") does not.
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")
