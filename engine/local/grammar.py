@@ -1,46 +1,8 @@
-"""Structured outputs in the local engine: xgrammar grammars, compiled once, enforced per row.
-
-How a constrained request runs::
-
-    generate() (event loop)   Grammars.prepare_async(spec): a cached grammar at once, else
-                                ── worker thread ──▶ the compile worker process compiles it under a
-                                                    time and memory budget (engine.local.grammar_worker),
-                                                    LRU-cached by the constraint; a resumed prompt's
-                                                    tail is checked
-    engine thread, each step:   Grammars.constrain(logits, rows)  fill + apply a token bitmask on
-                                                                    the constrained rows only
-                                sample(...)                        the usual sampler
-                                Grammars.advance(rows, tokens)     each row's matcher accepts its token
-
-- **Per row, per sequence.** Every constrained sequence owns one ``GrammarMatcher`` (an ``n > 1``
-  request's choices each get their own, so they diverge freely). It is created at the
-  sequence's first sampled token and advanced over the last ``extra_args.output_offset`` prompt
-  ids first: a resumed generation continues the grammar where the interrupted one stood.
-- **Unconstrained rows pay nothing.** A batch without a constrained row does no grammar work at
-  all; otherwise only the constrained rows get a bitmask filled and applied
-  (``apply_token_bitmask_inplace(..., indices=rows)``).
-- **The grammar ends the output.** The matcher's stop tokens are the request's stop ids (the
-  model's eos ids and ``stop_token_ids``): once the constraint is complete, only those are
-  allowed, so the sequence finishes with ``stop`` through the usual stop check.
-- **Within max_tokens.** Each constrained sequence also owns a :class:`~engine.local.structured_closing.Closing`:
-  when its remaining budget comes down to its closing path (the fewest tokens that complete the
-  document, plus the stop token), the row is forced along that path, and near that point a drawn
-  token that would leave too little budget is replaced by the path's next one
-  (:meth:`Grammars.advance` returns the replacements). So the document is complete and the
-  sequence finishes ``stop`` within ``max_tokens``; only a ``max_tokens`` too small for the
-  shortest completion ends with ``length`` (a truncated document). vLLM does not do this (it
-  returns the truncated document with ``length``); ``extra_args.structured_closing: false``
-  asks for vLLM's behaviour.
-- **Cache.** Compiled grammars are kept in an LRU keyed by :attr:`StructuredSpec.key` (the
-  constraint, canonically serialized), so a schema used again is not compiled again; a constraint
-  the worker refused (invalid, over its budget) is remembered too and refused again at once.
-- **Never on the engine thread, never in this process.** Building and compiling a grammar runs in
-  the compile worker (a child process, :mod:`engine.local.grammar_worker`): over its CPU time,
-  memory or document-length budget the request is a 400 naming the field, and the child is killed
-  and replaced; the server process only deserializes the result.
-
-xgrammar needs the vocabulary's token strings: the tokenizer in the model directory is loaded
-once, on the first constrained request.
+"""Structured outputs in the local engine: xgrammar grammars, compiled once (in the compile worker,
+LRU-cached), enforced per row (a bitmask on the constrained rows only, one matcher per sequence,
+advanced over a resumed prompt's tail), ended by the stop ids, kept within ``max_tokens`` by
+:class:`~engine.local.structured_closing.Closing`. How a constrained request runs:
+docs/structured-outputs.md, "How the local engine enforces it" and "Inside the engine".
 """
 
 from __future__ import annotations

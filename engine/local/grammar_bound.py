@@ -1,28 +1,8 @@
-"""How long can a grammar make the text it still needs? A bound read from xgrammar's printed grammar.
-
-A constraint can be tiny and still demand an enormous document: ``((a{1000}){1000}){1000}`` is 23
-characters and compiles in a millisecond, but every match is 10⁹ bytes long, all of them forced.
-Anything that asks the matcher for "what must come next" (budget-aware closing's
-``find_jump_forward_string``, :mod:`engine.local.structured_closing`) then builds that string on the engine
-thread. :func:`completion_bound` computes, from the grammar xgrammar prints (``str(Grammar)``:
-every constraint kind, JSON schemas included, normalized to one EBNF dialect), an upper estimate
-of the **shortest completion from any state** of the grammar. A forced run (and so any jump-forward
-string) is a prefix of every completion, so it is never longer. The grammar compile worker
-(:mod:`engine.local.grammar_worker`) refuses a constraint whose bound passes the limit before it
-compiles anything.
-
-The estimate, per expression ``e`` (``L`` is the length of the shortest string ``e`` matches):
-
-- a literal: its bytes; a character class: 1; a ``[...]*`` star: 1;
-- a sequence ``e1 … ek``: the worst state inside one element plus the shortest rest,
-  ``max_i (M(e_i) + Σ_{j>i} L(e_j))``; an alternation: the worst branch;
-- a repetition ``x{n, m}``: ``M(x) + (n − 1)·L(x)`` (the copy under way plus the copies still owed);
-- a rule: its body; a reference back into a rule under way (recursion) adds nothing here: each
-  level of a recursive structure (JSON nesting) is paid for with text already generated.
-
-Lengths count bytes of the printed literals (an escape as the bytes it stands for, a character
-class as one), so the bound is an estimate within a small factor, not an exact figure; it is meant
-to tell a kilobyte from a gigabyte.
+"""How long can a grammar make the text it still needs? :func:`completion_bound` estimates, from the
+grammar xgrammar prints, the shortest completion from any state (an upper bound of any forced
+jump-forward string), so the compile worker refuses a tiny constraint that demands an enormous
+document. The estimate per expression: docs/structured-outputs.md, "Inside the engine" ("The
+completion bound").
 """
 
 from __future__ import annotations

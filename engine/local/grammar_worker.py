@@ -1,28 +1,7 @@
-"""Grammar compilation in a child process, under a time and a memory budget.
-
-xgrammar builds and compiles grammars in C++ with no way to stop it midway, and what a constraint
-costs is hard to predict from its text: ``[a-z]{0,1000}`` repeated 50 times is 700 characters and
-took 137 s and +200 MB to compile; ``((a{1000}){1000}){1000}`` compiles at once but its documents
-are 10⁹ bytes long. So every grammar is built, checked and compiled by one child process
-(:func:`child_main`), never by the server process:
-
-- **Time.** The child's CPU time for one compile is capped (:data:`COMPILE_CPU_S`), and its wall
-  time by a longer backstop (:data:`COMPILE_WALL_S`, for a machine too busy to give it the CPU).
-  Past either, the server kills the child (a later compile starts a fresh one) and the request is a
-  400. A request that is cancelled while it compiles (its client left) kills the compile too.
-- **Memory.** The child's address space is capped at what it uses once ready plus
-  :data:`COMPILE_MEMORY_BYTES`; an allocation past it fails in the child (a 400), never in the server.
-- **Size of the documents.** Before compiling, the child reads the grammar xgrammar prints and
-  refuses one whose shortest completion from some state passes :data:`MAX_COMPLETION_BYTES`
-  (:func:`engine.local.grammar_bound.completion_bound`): what budget-aware closing's jump-forward
-  work builds on the engine thread is bounded by it.
-- **Low priority.** The child runs at ``nice`` 10, so a compile yields the CPU to the engine thread.
-
-The child is started on the first constrained request (about 2 s: it imports xgrammar and reads the
-tokenizer's vocabulary once), serves compiles one at a time over its stdin / stdout (a 4-byte
-length, then an orjson message), and exits when the server closes its stdin. The compiled grammar
-comes back serialized (``CompiledGrammar.serialize_json``, a few hundred KB, tens of ms) and the
-server process keeps it in its LRU cache.
+"""Grammar compilation in a child process (:func:`child_main`), under a CPU time, wall time, memory and
+document-length budget, at low priority: a constraint over any of them is a 400 and the child is
+replaced, never the server harmed. Why, the budgets and the wire between the two processes:
+docs/structured-outputs.md, "Inside the engine" ("The compile worker").
 """
 
 from __future__ import annotations

@@ -1,48 +1,10 @@
 """Budget-aware closing: a constrained sequence always completes its document within max_tokens.
 
-:func:`closing_path` walks a *copy* (``fork``) of a sequence's xgrammar matcher from its current
-state to a complete document and returns the bytes it added; :meth:`Vocab.tokens` splits them
-into few tokens and :func:`check_path` checks the tokens and a stop token on another copy.
-:class:`Closing` (one per constrained sequence, used by :mod:`engine.local.grammar` on the engine
-thread) keeps that path and steers the sequence with it:
-
-- **Forced at the last moment.** Before a step, when the remaining budget (``max_tokens`` −
-  generated) equals the path's tokens + 1 (the stop token), the row is masked to the path's next
-  token (to the stop ids once the path is done), so the document completes and the stop token is
-  the last token allowed. A sequence on its path stays on it (the path's tail is cached).
-- **Checked near the end.** While the slack (remaining − path − 1) is at most :data:`MARGIN`, every
-  token the model draws is checked after the draw: a fresh path from the new state must still fit
-  in what is left. A token that would leave too little is replaced by the path's next token (the
-  row counts as forced: its logprob is that of a one-token distribution, 0). A token that follows
-  the cached path needs no walk.
-- **Cheap elsewhere.** With more slack the walk runs again only after ``(slack − MARGIN) // 4``
-  steps (at least 1), so a sequence pays about ``4·ln(max_tokens)`` walks before the last
-  ``MARGIN`` steps. A path that grew by more than that between two walks (a single token opening
-  a large required subtree) can come too late: the sequence then ends with ``length``, as does
-  one whose ``max_tokens`` is too small for even the shortest completion.
-
-The walk is a **policy** whose moves depend on the state it starts from (the document's bytes so
-far):
-
-- the grammar's forced continuation (``find_jump_forward_string``), when there is one: an object
-  key, the rest of ``true``/``null``, a ``:``;
-- for JSON (``json``, ``json_object``), what closes soonest at this point of the text, read by a
-  small JSON lexer (:class:`Lexer`): inside a string, the closing quote if the grammar accepts it,
-  else the shortest run of content after which it does (``minLength``, ``pattern``, ``format``,
-  the rest of an ``enum`` value); inside a number, a terminator, else the shortest run of digits
-  after which one is accepted (``minimum``, ``exclusiveMinimum``); elsewhere ``}`` or ``]`` when
-  the grammar accepts them, else the first of ``0 " , : n t f 1-9 - [ {`` it accepts (the
-  shortest value first, a container only when the schema demands one);
-- for the other constraints (``regex``, ``choice``, ``grammar``), the shortest run of bytes after
-  which the grammar is complete.
-
-"Shortest run" is a breadth-first search over a small alphabet (representative bytes first, all
-bytes when none of those is accepted), merging states that accept the same next bytes, within a
-fixed beam, depth and work budget (:data:`_WORK` accept attempts, a few ms at most); past the
-budget the walk gives up (``None``): that sequence is not steered. Whitespace is never chosen:
-the path is compact JSON. Everything is deterministic: the same state and budget give the same
-path and the same decisions, so seeded requests repeat and a resumed generation
-(``extra_args.output_offset``) continues as the uninterrupted one did.
+:func:`closing_path` walks a fork of a sequence's matcher to a complete document, :meth:`Vocab.tokens`
+splits the bytes into few tokens, :func:`check_path` checks them; :class:`Closing` (one per
+constrained sequence, on the engine thread) forces the path at the last moment and checks drawn
+tokens near the end. The policy, the search and its budgets: docs/structured-outputs.md, "How the
+local engine enforces it" and "Inside the engine" ("The closing walk").
 """
 
 from __future__ import annotations
