@@ -1,19 +1,7 @@
-"""The KV cache of the local engine: one preallocated buffer per layer, one row per sequence.
-
-Layout: per layer, ``keys`` and ``values`` of shape ``[rows, kv_heads, capacity, head_dim]``.
-Row ``r`` holds one sequence's keys and values at positions ``0 .. length-1``; nothing is ever
-shifted inside a row. The runner keeps the rows compact (decoding sequences in rows ``0 .. d-1``,
-sequences still prefilling right after them), so a decode step attends to the plain view
-``buffer[:d, :, :T]`` — no gather, no concatenation — and a finished sequence frees its row by
-moving the last row into its place (one copy of that row's tokens).
-
-Both dimensions grow on demand (doubling, capped) and shrink again when the live sequences need
-a quarter or less (:meth:`KVStore.shrink_to`), so memory follows the live working set.
-
-:class:`StepCache` is the object handed to a transformers model as ``past_key_values`` for one
-forward: a duck-typed ``Cache`` whose ``update(k, v, layer_idx)`` writes this step's keys and
-values at each row's own positions and returns the view the attention reads. The attention mask
-(a 4D boolean tensor built by the runner) hides each row's unused tail.
+"""The KV cache of the local engine: one preallocated buffer per layer (``[rows, kv_heads, capacity,
+head_dim]``), one row per sequence, kept compact so a decode step reads a plain view; it grows and
+shrinks with the live set. :class:`StepCache` is the duck-typed ``past_key_values`` of one forward.
+The layout and its rules: docs/engine.md, "LocalEngine".
 """
 
 from __future__ import annotations

@@ -1,25 +1,7 @@
 """Prefix caching for the local engine: keys and values of earlier prompts, reused by later ones.
-
-When a sequence's prompt has been prefilled, the keys and values of its first
-``BLOCK · ⌊prefill_end / BLOCK⌋`` positions are copied out of its KV row into an entry here
-(:class:`PrefixCache`, an LRU bounded in bytes). A later request whose prompt starts with the same
-tokens gets those positions copied into its own row when it is admitted, and its prefill starts
-after them: only the rest of the prompt is computed. At least one prompt token is always computed,
-because the first output token needs its logits.
-
-Matching is by whole blocks of ``BLOCK`` tokens, through a chain of hashes (each block's hash
-covers every token before it, so a hit on block ``i`` means the whole prefix up to it matched);
-the matched tokens are then compared for real, so a hash collision can only cost a miss. The index
-is torch-free: the scheduler looks prefixes up at admission and records copy operations; the
-runner (engine thread) fills and reads the entries' tensors when it applies those operations.
-
-Left out, on purpose: requests with images (their placeholder tokens do not say which image) and
-resumed generations (``output_offset`` > 0: their exactness in bf16 depends on recomputing the
-prompt as the interrupted stream did, see docs/engine.md).
-
-Exactness: reusing keys and values computed in another forward means the suffix is computed with
-other matmul shapes than a full prefill; in fp32 greedy output is the same token for token
-(tests/unit/test_engine_prefix.py), in bf16 the batch caveat of docs/engine.md applies.
+Whole ``BLOCK``-token blocks matched through a chain of hashes, then compared for real; an LRU
+bounded in bytes; images and resumed generations left out. How, and what it costs and keeps exact:
+docs/engine.md, "LocalEngine", "Prefix caching".
 """
 
 from __future__ import annotations

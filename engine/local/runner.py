@@ -1,24 +1,7 @@
-"""The model side of the local engine: load a transformers causal LM and run batched forwards.
-
-Everything here runs on the engine thread. Two kinds of forward per step:
-
-- :meth:`ModelRunner.prefill` — a batch of prompt chunks (left-padded to the longest, so every
-  row's last real token is the last query position and ``logits_to_keep=1`` applies), written
-  into the chunks' KV rows; a lone chunk from position 0 runs with no mask at all (plain causal
-  attention, exactly what ``model.generate`` runs);
-- :meth:`ModelRunner.decode` — one token for each decoding sequence (rows ``0 .. d-1``), each at
-  its own position, attending to its own row through a ``[d, 1, 1, T]`` boolean mask; when
-  every row has the same length the mask is dropped, again matching ``model.generate``.
-
-A vision-language model (Qwen2-VL, :mod:`engine.local.vision`) loads as an image-text-to-text
-model; a batch with image rows feeds embeddings (the vision tower's output merged at the image
-placeholders) and 3-D M-RoPE positions, decode adds each image request's rope delta; a batch
-without images runs exactly as for a text model.
-
-Attention goes through the model's own SDPA path with a prepared 4D mask, and the KV cache is
-:class:`engine.local.kv.StepCache`, so any decoder whose attention layers call
-``past_key_values.update(k, v, layer_idx)`` (Llama, Qwen2/3, Mistral, SmolLM, …) runs unchanged;
-:meth:`ModelRunner.load` checks that with a one-token forward and refuses other architectures.
+"""The model side of the local engine: load a transformers causal LM (or a Qwen2-VL image-text model)
+and run batched prefill and decode forwards on the engine thread, through the model's own SDPA path
+and :class:`engine.local.kv.StepCache`; :meth:`ModelRunner.load` refuses architectures that cannot
+run that way. The two forwards and their masks: docs/engine.md, "LocalEngine".
 """
 
 from __future__ import annotations

@@ -1,29 +1,10 @@
 """Continuous-batching scheduler of the local engine: admission, KV rows, step planning (no torch).
 
-The scheduler is a plain object driven by the engine thread; it never touches tensors. It owns
-
-- the **waiting queue** (FIFO, bounded by ``max_waiting``; the engine refuses past it),
-- **admission**: a request enters the running set when its ``n`` sequences fit under
-  ``max_num_seqs``;
-- the **row table**: each running sequence owns one row of the KV store. Decoding sequences
-  hold rows ``0 .. d-1`` and sequences still prefilling the rows right after, so a decode step
-  reads one contiguous slice. Every change that breaks that layout (a sequence finishing, a
-  prefill completing, ``n > 1`` forking) is fixed at once with a few row moves, returned as
-  :class:`KVOp` values that the runner applies before the next forward;
-- **step planning** (:meth:`Scheduler.plan`): every decoding sequence advances one token per
-  step, and prefill work is added under ``max_num_batched_tokens`` (counting the padding of a
-  batched prefill), longest-waiting first, chunking a prompt that does not fit, so a long
-  prompt never stalls running decodes for more than one budget's worth of compute.
-
-Life of a sequence: ``WAITING → PREFILL → DECODE → FINISHED`` (or straight to FINISHED when
-aborted). A request with ``n > 1`` prefills its prompt once, in sequence 0; at the end of the
-prefill the other ``n - 1`` sequences are forked from it (a KV row copy each).
-
-A resumed generation (``ResolvedParams.replay`` > 0: the prompt ends with that much earlier
-output) prefills only the prompt before it, then computes the earlier output one decode step per
-token, as the interrupted stream did (:attr:`Sequence.replaying`): those steps sample nothing, and
-the step that consumes the last earlier token gives the first new one. So its keys, values and
-logits are the interrupted stream's, bit for bit, in any dtype.
+A plain object driven by the engine thread (it never touches tensors): the waiting queue, admission
+under ``max_num_seqs``, the row table (decoding rows first, fixed with :class:`KVOp` row moves), and
+:meth:`Scheduler.plan` under ``max_num_batched_tokens``; a resumed generation replays its earlier
+output one decode step per token (:attr:`Sequence.replaying`). How: docs/engine.md, "LocalEngine"
+(continuous batching) and "Exactness".
 """
 
 from __future__ import annotations

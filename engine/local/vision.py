@@ -1,24 +1,7 @@
 """Images in the local engine: the model's vision side, ``features`` checked and decoded, M-RoPE.
-
-Everything the engine knows about vision-language models is here:
-
-- :class:`VisionSpec` — read from ``config.json`` before any weight is loaded (no torch work): a
-  Qwen2-VL directory (``model_type: qwen2_vl``) has one; any other model has none and refuses
-  ``features`` with a 400.
-- :func:`read_features` — a request's ``features`` (vLLM's shape, docs/render.md) checked against
-  the prompt and decoded into tensors: only images, every list parallel, each item's
-  ``pixel_values [grid_t·grid_h·grid_w, C·T·P·P]`` and ``image_grid_thw [3]`` consistent with the
-  vision tower, each placeholder range inside the prompt, sorted, holding only the image token, the
-  image token nowhere else, and as long as the image's merged grid. Any mismatch is a 400 naming
-  the field. Runs off the event loop (base64 decoding of megabytes).
-- :func:`prepare` — on the engine thread, at the request's first prefill chunk: the vision tower
-  turns ``pixel_values`` into embeddings (the model's own ``get_image_features``), and the model's
-  own ``get_rope_index`` gives the prompt's 3-D M-RoPE positions and the rope delta (decode
-  position ``i`` of the sequence is ``i + delta`` on all three axes, as ``model.generate`` does).
-
-The runner merges the embeddings at the placeholder positions chunk by chunk (an image may span
-chunks of a chunked prefill) and passes the 3-D positions; a batch without images runs exactly
-as before.
+:class:`VisionSpec` (from ``config.json``, no torch work), :func:`read_features` (every check a 400
+naming the field, off the event loop) and :func:`prepare` (the vision tower and the 3-D positions, on
+the engine thread at the first prefill chunk). The checks and the prefill: docs/engine.md, "Images".
 """
 
 from __future__ import annotations

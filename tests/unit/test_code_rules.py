@@ -18,8 +18,7 @@ MAX_DOCSTRING_LINES = 16  # the closing quotes' line included
 LONG_DOCSTRINGS_PENDING = frozenset({
     "engine/link.py", "session/machine.py", "server/ws/connection.py", "server/ws/transport.py",
     "server/metrics.py", "server/assets/tiny_vl.py",
-    "engine/local/scheduler.py", "engine/local/prefix.py", "engine/local/vision.py", "engine/local/runner.py",
-    "engine/local/packed.py", "engine/local/kv.py",
+    "engine/local/packed.py",
 })
 
 
