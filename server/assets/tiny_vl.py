@@ -1,19 +1,7 @@
-"""``tiny-qwen2-vl``: a random-weight Qwen2-VL (vision tower included) on the qwen2.5 tokenizer.
-
-What makes it a real Qwen2-VL directory, built offline from the cache:
-
-- ``Qwen2VLForConditionalGeneration`` weights (seeded): a 2-layer text model of the tiny models'
-  shape (hidden 128, 4 heads, 2 kv heads, head dim 32, M-RoPE sections ``[4, 6, 6]`` = half the
-  head dim) and a 2-block vision tower (embed dim 32) with Qwen2-VL's own patching: patch 14,
-  temporal patch 2, spatial merge 2, so its image processor is the published one;
-- the qwen2.5 tokenizer, which holds the vision tokens at Qwen2-VL's ids (``<|vision_start|>``
-  151652, ``<|vision_end|>`` 151653, ``<|image_pad|>`` 151655, ``<|video_pad|>`` 151656);
-- Qwen2-VL's chat template (written from the documented Qwen2-VL-Instruct template: the default
-  system prompt, an image part rendered as ``<|vision_start|><|image_pad|><|vision_end|>``, an
-  optional ``add_vision_id`` "Picture N: " prefix), which the qwen2.5 template lacks;
-- weights drawn with std :data:`INIT_STD` (see there);
-- ``preprocessor_config.json`` of the Qwen2-VL image processor with small ``min_pixels`` /
-  ``max_pixels`` (56×56 … 112×112: 4 to 16 image tokens), so tests stay fast.
+"""``tiny-qwen2-vl``: a random-weight Qwen2-VL (vision tower included) on the qwen2.5 tokenizer, built
+offline from the cache: seeded weights of the tiny models' text shape and Qwen2-VL's patching, the
+vision tokens at Qwen2-VL's ids, Qwen2-VL's chat template, a small-image processor config. What
+makes it a real Qwen2-VL directory: docs/assets.md, "Tiny random-weight models".
 """
 
 from __future__ import annotations

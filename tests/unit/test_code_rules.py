@@ -17,7 +17,7 @@ MAX_DOCSTRING_LINES = 16  # the closing quotes' line included
 # may only shrink.
 LONG_DOCSTRINGS_PENDING = frozenset({
     "engine/link.py", "session/machine.py", "server/ws/connection.py", "server/ws/transport.py",
-    "server/metrics.py", "server/assets/tiny_vl.py",
+    "server/metrics.py",
     "engine/local/packed.py",
 })
 
