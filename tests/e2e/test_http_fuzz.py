@@ -19,7 +19,9 @@ schemathesis' ``negative_data_rejection`` is not run.
 Bounded for CI: ``TOKENWIRE_FUZZ_EXAMPLES`` (default 10) examples per operation and phase, and a
 time budget per mode for the modes with an engine (35 s; ``TOKENWIRE_FUZZ_SECONDS`` overrides every
 mode's, and past its examples the fuzzing phase repeats until the budget is spent);
-``python -m bench.fuzz http`` runs the long form.
+``python -m bench.fuzz http`` runs the long form. The three servers start side by side when the
+module begins (separate processes: three starts take about as long as the slowest), and each mode's
+fuzzing runs alone against its own server (an idle server costs no CPU).
 (The schemathesis pytest plugin's lazy fixtures do not run under pytest 9, hence the CLI.)
 """
 
@@ -34,6 +36,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.e2e.deploy_support import side_by_side
 from tests.support.server_proc import ServerProcess, merged_env
 
 pytestmark = pytest.mark.slow
@@ -84,16 +87,23 @@ def generated_cases(output: str) -> int:
     return int(match.group(1)) if match else 0
 
 
-@pytest.fixture(scope="module", params=list(MODES))
-def fuzz_server(request: pytest.FixtureRequest, asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    server_args, fuzz_args, seconds = MODES[request.param]
-    with ServerProcess(server_args(asset), startup_timeout=180, preamble=MEMORY_CAP) as srv:
-        srv.fuzz = (fuzz_args, int(SECONDS) if SECONDS is not None else seconds)  # type: ignore[attr-defined]
-        yield srv
+@pytest.fixture(scope="module")
+def fuzz_servers(asset: Callable[[str], Path]) -> Iterator[dict[str, ServerProcess]]:
+    servers = {name: ServerProcess(server_args(asset), startup_timeout=180, preamble=MEMORY_CAP)
+               for name, (server_args, _, _) in MODES.items()}
+    try:
+        side_by_side(*(srv.start for srv in servers.values()))
+        yield servers
+    finally:
+        side_by_side(*(srv.stop for srv in servers.values()))
 
 
-def test_every_operation_keeps_its_contract_under_generated_input(fuzz_server: ServerProcess) -> None:
-    fuzz_args, seconds = fuzz_server.fuzz  # type: ignore[attr-defined]
+@pytest.mark.parametrize("mode", list(MODES))
+def test_every_operation_keeps_its_contract_under_generated_input(fuzz_servers: dict[str, ServerProcess],
+                                                                 mode: str) -> None:
+    fuzz_server = fuzz_servers[mode]
+    _, fuzz_args, budget = MODES[mode]
+    seconds = int(SECONDS) if SECONDS is not None else budget
     result = run_schemathesis(fuzz_server.url, examples=EXAMPLES, seconds=seconds, seed=20240917, extra=fuzz_args)
     output = result.stdout + result.stderr
     assert result.returncode == 0, output[-12000:]
