@@ -74,7 +74,10 @@ def pack_linears(model: Any, dtype: torch.dtype, wanted: bool | None = None) -> 
     if not _available():
         return 0, "not packed: this torch build has no oneDNN linear"
     targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]] = []
-    roots = [model.get_decoder(), model.get_output_embeddings()]
+    try:
+        roots = [model.get_decoder(), model.get_output_embeddings()]
+    except (AttributeError, NotImplementedError):  # a model class without the usual accessors
+        return 0, "not packed: the model has no get_decoder / get_output_embeddings"
     for root in roots:
         if isinstance(root, torch.nn.Linear):  # the output projection itself
             targets.extend((parent, name, root) for parent, name, child in _children(model) if child is root)

@@ -76,6 +76,11 @@ def test_packing_only_in_bf16_and_when_wanted(asset: Callable[[str], Path], monk
     monkeypatch.setenv("TOKENWIRE_PACKED_LINEAR", "0")
     assert pack_linears(bf16, torch.bfloat16) == (0, "off")
     assert not any(isinstance(m, PackedLinear) for m in bf16.modules())
+    monkeypatch.delenv("TOKENWIRE_PACKED_LINEAR")
+    bare = torch.nn.Sequential(torch.nn.Linear(8, 8)).to(torch.bfloat16)  # no get_decoder: left alone, no error
+    assert pack_linears(bare, torch.bfloat16) == (0, "not packed: the model has no get_decoder / "
+                                                     "get_output_embeddings")
+    assert isinstance(bare[0], torch.nn.Linear)
 
 
 def test_the_bf16_engine_packs_by_default_and_matches_model_generate(asset: Callable[[str], Path],
