@@ -64,6 +64,7 @@ async def test_a_json_request_gets_every_token_at_once(words: list[int]) -> None
     assert len(body["choices"][0]["token_ids"]) == 3 and body["usage"]["completion_tokens"] == 3
 
 
+@pytest.mark.slow
 def test_the_word_list_gives_single_token_words_of_the_default_model(words: list[int],
                                                                       tokenizer: Callable[[str], object]) -> None:
     tok = tokenizer("smollm2-135m-instruct")

@@ -19,6 +19,8 @@ from server.context import ServerContext
 from server.gating import decide
 from server.settings import Mode, Settings
 
+pytestmark = pytest.mark.slow  # the default model generating to its context length: not the fast loop
+
 MODEL = "tiny-qwen3"
 CONTEXT = 48
 USER = [{"role": "user", "content": "Hi"}]

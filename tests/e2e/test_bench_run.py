@@ -53,6 +53,7 @@ def test_a_failing_benchmark_is_recorded_with_its_exit_status_and_stderr(modules
     assert "bad thing happened" in record["stderr_tail"]
 
 
+@pytest.mark.slow
 def test_a_benchmark_past_its_limit_is_stopped_with_the_processes_it_started(modules: Path, tmp_path: Path) -> None:
     pidfile = tmp_path / "child.pid"
     record = run_section(_section("bench_sleeps", ("--pidfile", str(pidfile))), "quick", 3, tmp_path)

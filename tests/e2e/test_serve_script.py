@@ -17,6 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
+pytestmark = pytest.mark.slow  # runs the install scripts: the full suite only, not the fast loop
+
 ROOT = Path(__file__).resolve().parents[2]
 # The extras scripts/install.sh installs: `extras="..."`, then the dev line's `extras="..."`.
 PLAIN_EXTRAS, DEV_EXTRAS = re.findall(r'extras="([^"]+)"', (ROOT / "scripts/install.sh").read_text())

@@ -18,6 +18,8 @@ from tests.e2e.ws_client import SessionClient
 from tests.support.server_proc import ServerProcess
 from tests.support.ws_fuzz import auth_subprotocol
 
+pytestmark = pytest.mark.slow  # a real server process: the full suite only, not the fast loop
+
 KEY = "e2e key/+="  # not a valid subprotocol token as is: the browser form base64url-encodes it
 MAX_FRAME = 64 * 1024
 HEADERS = {"Authorization": f"Bearer {KEY}"}
@@ -176,7 +178,6 @@ def test_derender_frames_give_what_the_http_endpoint_gives(server: ServerProcess
     assert ws == http
 
 
-@pytest.mark.slow
 def test_permessage_deflate_is_off_by_default_and_on_with_the_flag(server: ServerProcess,
                                                                    asset: Callable[[str], Path]) -> None:
     async def extensions(url: str, **kwargs: Any) -> list[str]:

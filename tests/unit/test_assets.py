@@ -65,6 +65,7 @@ def test_tokenizer_passes_llama_cpp_vectors(name: str, asset: Callable[[str], Pa
         assert tok.decode(ids) == text
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", list(RECIPES))
 def test_tokenizer_size_and_verbatim_template(name: str, asset: Callable[[str], Path],
                                               tokenizer: Callable[[str], Any]) -> None:

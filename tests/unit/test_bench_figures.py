@@ -141,6 +141,7 @@ def test_soak_counts_are_read_against_zero_and_leaks_against_the_start() -> None
     assert by_id["soak.open_fds_after"].worse_than_baseline is True
 
 
+@pytest.mark.slow
 def test_every_curve_with_a_result_is_drawn_as_a_png(tmp_path: Path) -> None:
     sections: dict[str, dict[str, Any]] = {
         "engine": {"status": "ok", "result": engine_result()},
