@@ -210,7 +210,8 @@ class Topology:
             self.frontends[i].start()
             lb.wait_status({f"fe{i + 1}": "UP"})
 
-        side_by_side(*(lambda i=i: restart(i) for i in which))
+        if which:
+            side_by_side(*(lambda i=i: restart(i) for i in which))
 
     def restart_engine(self, i: int, *extra: str) -> None:
         """Start engine ``i`` again (after a kill or a drain) on its port, with ``extra`` flags."""
@@ -230,7 +231,16 @@ class Topology:
             self.engines[i].start()
             engine_lb.wait_status({f"engine{i + 1}": "UP"})
 
-        side_by_side(*(lambda i=i: restart(i) for i in which))
+        if which:
+            side_by_side(*(lambda i=i: restart(i) for i in which))
+
+    def stopped_engines(self) -> list[int]:
+        """The engines whose process has ended (killed or drained)."""
+        return [i for i, srv in enumerate(self.engines) if srv.proc is None or srv.proc.poll() is not None]
+
+    def stopped_frontends(self) -> list[int]:
+        """The front ends whose process has ended (killed or drained)."""
+        return [i for i, srv in enumerate(self.frontends) if srv.proc is None or srv.proc.poll() is not None]
 
     def stop(self) -> None:
         """Each tier in turn from the clients' side, the replicas of a tier side by side."""
