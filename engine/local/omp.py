@@ -23,11 +23,14 @@ USER_KNOBS = (POLICY_ENV, "GOMP_SPINCOUNT")
 DEFAULT_POLICY = "PASSIVE"
 
 
-def prefer_passive_wait(environ: MutableMapping[str, str] | None = None) -> bool:
+def prefer_passive_wait(environ: MutableMapping[str, str] | None = None, *,
+                        torch_loaded: bool | None = None) -> bool:
     """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the environment sets ``OMP_WAIT_POLICY`` or
-    ``GOMP_SPINCOUNT``, or torch is already loaded (too late to matter). Returns whether it set it."""
+    ``GOMP_SPINCOUNT``, or torch is already loaded (too late to matter; ``torch_loaded``: None
+    looks at ``sys.modules``). Returns whether it set it."""
     env = os.environ if environ is None else environ
-    if any(env.get(k) for k in USER_KNOBS) or "torch" in sys.modules:
+    loaded = sys.modules.get("torch") is not None if torch_loaded is None else torch_loaded
+    if loaded or any(env.get(k) for k in USER_KNOBS):
         return False
     env[POLICY_ENV] = DEFAULT_POLICY
     return True

@@ -21,13 +21,14 @@ def _env(**extra: str) -> dict[str, str]:
 def test_passive_unless_the_user_chose() -> None:
     env: dict[str, str] = {}
     assert wait_policy(env) == "libgomp default (spin, then sleep)"
-    assert prefer_passive_wait(env) is True
+    assert prefer_passive_wait(env, torch_loaded=True) is False and env == {}  # too late: libgomp has read it
+    assert prefer_passive_wait(env, torch_loaded=False) is True
     assert env == {"OMP_WAIT_POLICY": "PASSIVE"} and wait_policy(env) == "PASSIVE"
     chosen = {"OMP_WAIT_POLICY": "active"}
-    assert prefer_passive_wait(chosen) is False and chosen == {"OMP_WAIT_POLICY": "active"}
+    assert prefer_passive_wait(chosen, torch_loaded=False) is False and chosen == {"OMP_WAIT_POLICY": "active"}
     assert wait_policy(chosen) == "ACTIVE"
     spin = {"GOMP_SPINCOUNT": "300000"}
-    assert prefer_passive_wait(spin) is False and "OMP_WAIT_POLICY" not in spin
+    assert prefer_passive_wait(spin, torch_loaded=False) is False and "OMP_WAIT_POLICY" not in spin
     assert wait_policy(spin) == "libgomp default, GOMP_SPINCOUNT=300000"
 
 
