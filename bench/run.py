@@ -50,6 +50,7 @@ class Section:
     limit_quick_s: int
     limit_full_s: int
     writes_out: bool = True  # takes --out FILE (otherwise its stdout is the JSON)
+    in_quick: bool = True  # False: a quick run leaves it out unless ``--only`` names it
 
 
 SECTIONS = (
@@ -72,6 +73,8 @@ SECTIONS = (
             ("--concurrency", "1", "16", "64", "256", "--tokens", "32"),
             ("--concurrency", "1", "8", "32", "64", "128", "256", "512", "--tokens", "64", "--rounds", "2"),
             240, 900),
+    Section("streams_targets", "bench.streams_targets", "issue 18's streaming targets, each with its verdict",
+            ("--quick",), (), 420, 1800, in_quick=False),
     Section("startup", "bench.startup_bench", "launch render start-up vs importing and loading the tokenizer",
             ("--runs", "2"), ("--runs", "5"), 120, 300, writes_out=False),
 )
@@ -201,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         sections = [s for s in sections if s.name in a.only]
+    elif mode == "quick":
+        sections = [s for s in sections if s.in_quick]
 
     started = datetime.now(UTC)
     run_dir = Path(a.out) / f"{started:%Y%m%d-%H%M%S}-{mode}"
