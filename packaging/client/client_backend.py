@@ -41,7 +41,7 @@ MODULES = (
     "session.settings",
 )
 # Distributions the modules above import (names as in the repository's dependencies).
-REQUIREMENTS = ("websockets", "httpx", "pydantic", "orjson")
+REQUIREMENTS = ("websockets", "httpx", "pydantic", "orjson", "anyio")  # anyio: engine.interface (stream close)
 
 HERE = Path(__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip timestamps: the same files give the same wheel
