@@ -104,7 +104,10 @@ def derender_frames(quick: bool) -> dict[str, Any]:
 
 # --- 5: the in-process serve path --------------------------------------------------------------------------
 
-async def _serve_streams(url: str, streams: int, tokens: int) -> None:
+async def _serve_streams(url: str, streams: int, tokens: int) -> dict[str, Any]:
+    """``streams`` WebSocket sessions, opened first; then one chat each, with the server's CPU and its
+    engine's stats read around the chats alone (as ``streams_bench`` does: a handshake is not a
+    streamed token's cost)."""
     from websockets.asyncio.client import connect
 
     sockets = [await connect("ws" + url[len("http"):] + "/v1/session", compression=None) for _ in range(streams)]
@@ -121,9 +124,19 @@ async def _serve_streams(url: str, streams: int, tokens: int) -> None:
                 if frame["type"] == "error":
                     raise RuntimeError(f"error frame: {frame}")
                 break
-        await ws.close()
 
-    await asyncio.gather(*(one(i, ws) for i, ws in enumerate(sockets)))
+    async with httpx.AsyncClient(base_url=url) as http:
+        before = (await http.get("/engine/stats")).json()["stats"]
+        c0, t0 = cpu_seconds(_PID[0]), time.perf_counter()
+        await asyncio.gather(*(one(i, ws) for i, ws in enumerate(sockets)))
+        wall, cpu = time.perf_counter() - t0, cpu_seconds(_PID[0]) - c0
+        after = (await http.get("/engine/stats")).json()["stats"]
+    for ws in sockets:
+        await ws.close()
+    return {"before": before, "after": after, "wall_s": wall, "cpu_s": cpu}
+
+
+_PID = [0]  # the serve process being measured
 
 
 def in_process(streams: int, tokens: int) -> dict[str, Any]:
@@ -132,17 +145,14 @@ def in_process(streams: int, tokens: int) -> dict[str, Any]:
             "--log-level", "warning", "--state-secret", SECRET]
     with ServerProcess(args, env={"TOKENWIRE_NUM_THREADS": "1"}, startup_timeout=300) as srv:
         assert srv.proc is not None
-        pid = srv.proc.pid
+        _PID[0] = srv.proc.pid
         asyncio.run(_serve_streams(srv.url, 2, 4))  # warm-up
-        before, c0 = httpx.get(srv.url + "/engine/stats").json()["stats"], cpu_seconds(pid)
-        t0 = time.perf_counter()
-        asyncio.run(_serve_streams(srv.url, streams, tokens))
-        wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
-        after = httpx.get(srv.url + "/engine/stats").json()["stats"]
+        got = asyncio.run(_serve_streams(srv.url, streams, tokens))
+    before, after, cpu = got["before"], got["after"], got["cpu_s"]
     generated = after["generated_tokens"] - before["generated_tokens"]
     model = after["step_cpu_seconds"] - before["step_cpu_seconds"]
     return {"streams": streams, "tokens_per_stream": tokens, "model": "tiny-qwen3", "engine_threads": after["threads"],
-            "generated_tokens": generated, "wall_s": round(wall, 2), "process_cpu_s": round(cpu, 3),
+            "generated_tokens": generated, "wall_s": round(got["wall_s"], 2), "process_cpu_s": round(cpu, 3),
             "model_step_cpu_s": round(model, 3),
             "process_cpu_us_per_token": round(cpu / generated * 1e6, 1),
             "non_model_cpu_us_per_token": round((cpu - model) / generated * 1e6, 1)}
