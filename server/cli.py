@@ -49,7 +49,8 @@ environment:
 
 ENGINE_ENVIRONMENT = """
   TOKENWIRE_NUM_THREADS                 torch threads of the local engine (default: OMP_NUM_THREADS,
-                                        else every CPU this process may run on)
+                                        else every CPU this process may run on but one, left to
+                                        the event loop)
   OMP_WAIT_POLICY                       what torch's OpenMP threads do at a barrier (default under serve:
                                         PASSIVE, they sleep; ACTIVE spins; docs/engine.md, Threads)"""
 
