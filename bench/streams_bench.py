@@ -247,13 +247,15 @@ async def idle_cpu_rate(pid: int, seconds: float = 3.0) -> float:
 
 
 def _profiler(pid: int, out: Path | None, name: str) -> subprocess.Popen[bytes] | None:
-    """py-spy sampling the server while one mode runs (``--profile``); its figures come from
+    """py-spy sampling the server while one mode runs (``--profile``): only samples where the
+    event loop's thread holds the GIL (running Python, or a system call made without releasing it:
+    uvloop's writes), so time waiting in ``epoll`` is not counted as work. Its figures come from
     separate runs, since sampling stops the process it reads."""
     if out is None:
         return None
     spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
     out.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--format", "raw",
+    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--gil", "--format", "raw",
                              "--output", str(out / f"{name}.txt")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 
