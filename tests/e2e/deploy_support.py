@@ -52,6 +52,23 @@ def side_by_side(*calls: Callable[[], T]) -> list[T]:
     return [f.result() for f in futures]
 
 
+def start_ready(srv: ServerProcess) -> ServerProcess:
+    """Start ``srv`` and wait until its /health is 200: ServerProcess.start returns on a 503 too
+    (a front end not yet linked to its engine tier says "degraded"), and a balancer that still shows
+    the replica's predecessor UP would take it out of the rotation a moment later."""
+    srv.start()
+    wait_until(lambda: healthy(srv), f"{srv.url} to answer /health with 200", timeout=60,
+               detail=lambda: srv.output()[-2000:])
+    return srv
+
+
+def healthy(srv: ServerProcess) -> bool:
+    try:
+        return httpx.get(srv.url + "/health", timeout=5).status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
 def haproxy_binary() -> str:
     found = shutil.which("haproxy") or ("/usr/sbin/haproxy" if os.access("/usr/sbin/haproxy", os.X_OK) else None)
     if found is None:
@@ -156,7 +173,7 @@ class Topology:
     def start(self) -> None:
         # listed before they start, so that stop() ends each one that did start when another did not
         self.engines = [self._engine() for _ in range(2)]
-        side_by_side(*(srv.start for srv in self.engines))
+        side_by_side(*(lambda srv=srv: start_ready(srv) for srv in self.engines))
         engine_port, engine_stats = free_port(), free_port()
         self.engine_lb = HAProxy(ENGINES_CFG, {
             "TW_ENGINE_LB_BIND": f"127.0.0.1:{engine_port}", "TW_ENGINE_STATS_BIND": f"127.0.0.1:{engine_stats}",
@@ -165,7 +182,7 @@ class Topology:
         self.engine_lb.wait_status({"engine1": "UP", "engine2": "UP"})
         self.engine_url = f"{self.wire}://127.0.0.1:{engine_port}"
         self.frontends = [self._frontend() for _ in range(2)]
-        side_by_side(*(srv.start for srv in self.frontends))
+        side_by_side(*(lambda srv=srv: start_ready(srv) for srv in self.frontends))
         port, stats = free_port(), free_port()
         self.lb = HAProxy(FRONTENDS_CFG, {
             "TW_LB_BIND": f"127.0.0.1:{port}", "TW_STATS_BIND": f"127.0.0.1:{stats}",
@@ -206,8 +223,8 @@ class Topology:
             old = self.frontends[i]
             old.stop()
             port = hostport(old.url).rsplit(":", 1)[1]
-            self.frontends[i] = self._frontend(*extra, "--port", port)
-            self.frontends[i].start()
+            self.frontends[i] = self._frontend(*extra, "--port", port)  # listed first: stop() ends it
+            start_ready(self.frontends[i])
             lb.wait_status({f"fe{i + 1}": "UP"})
 
         if which:
@@ -219,7 +236,8 @@ class Topology:
 
     def restart_engines(self, which: Sequence[int], *extra: str) -> None:
         """Engines ``which`` again on their ports with ``extra`` flags, side by side (each one still
-        running is stopped first, with SIGTERM)."""
+        running is stopped first, with SIGTERM). With every engine down at once the front ends said
+        "degraded" and left the balancer's rotation: this returns once they are back in it."""
         assert self.engine_lb is not None
         engine_lb = self.engine_lb
 
@@ -227,12 +245,17 @@ class Topology:
             old = self.engines[i]
             old.stop()
             port = hostport(old.url).rsplit(":", 1)[1]
-            self.engines[i] = self._engine(*extra, "--port", port)
-            self.engines[i].start()
+            self.engines[i] = self._engine(*extra, "--port", port)  # listed first: stop() ends it
+            start_ready(self.engines[i])
             engine_lb.wait_status({f"engine{i + 1}": "UP"})
 
         if which:
             side_by_side(*(lambda i=i: restart(i) for i in which))
+        if self.lb is not None:
+            frontends = list(self.frontends)
+            wait_until(lambda: all(healthy(srv) for srv in frontends), "the front ends to answer /health with 200 again",
+                       timeout=60)
+            self.lb.wait_status({f"fe{i + 1}": "UP" for i in range(len(self.frontends))})
 
     def stopped_engines(self) -> list[int]:
         """The engines whose process has ended (killed or drained)."""
