@@ -7,8 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,11 +50,11 @@ def streamed(kind: str, items: list[dict[str, Any]]) -> tuple[str, str]:
 
 
 @pytest.fixture(scope="module")
-def topo(asset: Callable[[str], Path]) -> Iterator[Topology]:
+def topo(request: pytest.FixtureRequest) -> Topology:
     if chromium_path() is None:
         pytest.fail("chromium is not installed: run scripts/install-browser.sh (scripts/test.sh does)")
-    with Topology(asset("tiny-qwen3"), wire="ws") as t:
-        yield t
+    topology: Topology = request.getfixturevalue("reference_topology")  # tests/e2e/conftest.py
+    return topology
 
 
 @pytest.mark.parametrize("kind", list(CASES))

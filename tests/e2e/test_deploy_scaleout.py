@@ -24,7 +24,6 @@ import itertools
 import signal
 import time
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,12 +51,12 @@ PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "messa
 
 
 @pytest.fixture(scope="module")
-def topo(asset: Callable[[str], Path]) -> Iterator[Topology]:
-    with Topology(asset("tiny-qwen3"), wire="ws") as t:
-        yield t
-        logs = t.outputs()  # a killed engine replica ends its links with a one-line warning
-        at = logs.find("Traceback")
-        assert at < 0, logs[max(0, at - 3000):at + 3000]
+def topo(reference_topology: Topology) -> Iterator[Topology]:
+    """tests/e2e/conftest.py's, shared with test_deploy_browser.py."""
+    yield reference_topology
+    logs = reference_topology.outputs()  # a killed engine replica ends its links with a one-line warning
+    at = logs.find("Traceback")
+    assert at < 0, logs[max(0, at - 3000):at + 3000]
 
 
 # --- what a stream says ---------------------------------------------------------------------------------
