@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import logging
 import signal
+import socket
 import threading
 from collections.abc import Generator, Iterator
 from typing import Any
@@ -21,6 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from engine.errors import EngineShutDown
 from engine.interface import Engine
 from server.errors import error_response, flavor_of
+from server.heap import freeze_startup_heap
 
 log = logging.getLogger("tokenwire")
 
@@ -96,6 +98,10 @@ class GracefulServer(uvicorn.Server):
         self.drain = drain
         self.engine = engine
         self.shutdown_timeout = shutdown_timeout
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)  # the lifespan ran: the engine is loaded
+        freeze_startup_heap()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """uvicorn's convention: a second SIGINT while shutting down quits at once; here a second
