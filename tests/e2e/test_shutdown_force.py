@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.test_shutdown import SseReader, start
+from tests.e2e.test_shutdown import SseReader, server
 
 pytestmark = pytest.mark.slow
 
@@ -20,7 +20,7 @@ pytestmark = pytest.mark.slow
 @pytest.mark.parametrize("second", [signal.SIGINT, signal.SIGTERM])
 def test_a_second_signal_during_the_drain_quits_at_once_without_a_traceback(
         asset: Callable[[str], Path], second: int) -> None:
-    srv = start(asset, 120)
+    srv = server(asset, 120).start()
     try:
         sse = SseReader(srv, 3500)
         sse.start()
