@@ -1,28 +1,9 @@
 """``LinkEngine``: the :class:`~engine.interface.Engine` interface over tokenwire's own session
 protocol, many requests on one WebSocket (``--engine-url ws://HOST:PORT``). No torch.
 
-Where :class:`engine.remote.RemoteEngine` opens one HTTP stream per request and reads one SSE
-event per request per engine step, a link carries every request as a ``generate`` frame on one
-``/v1/session`` socket (docs/protocol.md §4.3), offered with the ``tokenwire.batch`` subprotocol,
-so the engine sends all of a step's ``generate.delta`` frames for this socket as one ``batch``
-message (§6). The front end then reads one message per engine step, not one per request per
-step: what vLLM's API server gets from its engine core, on tokenwire's documented wire.
-
-- **Links.** A link holds at most the ``max_in_flight`` its session announces; more requests open
-  more links (``max_links`` at most; past that, new requests wait for room). A link that fails
-  ends each of its requests with :class:`EngineUnavailable`; the next request opens a new one.
-- **Outputs.** Each request's outputs go into its own bounded :class:`engine.outbox.Outbox`, so a
-  consumer that falls behind reads the steps that piled up as one output. A choice's last delta
-  is held until ``generate.done`` (the same batch) brings the usage, so the last output has
-  ``finished=True`` and the usage, as with the HTTP engine.
-- **Aborts.** Leaving a request early sends ``cancel``; :meth:`abort` cancels by request id.
-- **Errors** are :mod:`engine.errors` values, translated from the engine's ``error`` frames by
-  status (400 → :class:`InvalidGenerateRequest` with the engine's message, 429 / 503 →
-  :class:`EngineOverloaded`, ``shutting_down`` → :class:`EngineShutDown`, else unavailable), never
-  with the engine's address (logged instead).
-
-The engine end is any tokenwire server that enables ``generate`` frames (``serve --tokens-only``,
-``serve --enable-scale-out``); vLLM's HTTP API stays available through ``http://`` URLs.
+Every request is a ``generate`` frame on a ``/v1/session`` socket offered with the
+``tokenwire.batch`` subprotocol, so the front end reads one message per engine step for all the
+requests on that socket. Links, outputs, aborts and errors: docs/engine.md, "The engine link".
 """
 
 from __future__ import annotations

@@ -1,21 +1,9 @@
 """Prometheus metrics: the one module that owns the metric objects (served at ``GET /metrics``).
 
-Instrumented at the boundaries, each with one call:
-
-- HTTP (``server.app``'s route wrapper): :func:`http_request` — requests by route and status, errors
-  by kind;
-- WebSocket (``server.ws``): :func:`session_opened` / :func:`session_closed`, :func:`ws_request`,
-  :func:`error` — active sessions, request frames by type, errors by kind;
-- generation (every engine call of the pipeline and ``/inference/v1/generate``): :func:`generate`
-  wraps the engine's output iterator — generations in flight, prompt and generated tokens, time to
-  first token, inter-token latency;
-- render and derender (the services' factories): :func:`time_methods` — latency histograms;
-- the engine (read at scrape time, :class:`EngineCollector`): sequences running and waiting (queue
-  depth), steps and the tokens they produced (their ratio is the mean batch size), KV cache bytes;
-- the process: event-loop tasks, resident memory, open file descriptors (leak watching, bench/soak.py).
-
-Metrics live in their own registry (:data:`REGISTRY`), so several apps in one process (tests) share
-it without duplicate registrations; the engine collector reads the engine of the latest app.
+Instrumented at the boundaries, each with one call (HTTP route wrapper, WebSocket endpoint, the
+engine calls, the render and derender services), read from the engine and the process at scrape
+time; the per-token ones are plain counts (:class:`TokenMetrics`). The metrics, where each is
+counted and why they live in their own registry: docs/reliability.md, "Metrics".
 """
 
 from __future__ import annotations

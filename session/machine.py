@@ -1,25 +1,10 @@
 """The sans-I/O WebSocket session: client frames and work results in, server frames and actions out.
 
-Rules of this file (after h11's ``_state.py``):
-
-- Every state change goes through :data:`TRANSITIONS`, one table keyed by ``(state, event)``.
-  Session rows decide what a session in that state does with an event; request rows decide what
-  happens to one request (by its client-chosen ``id``). A pair missing from the table is an
-  illegal transition: a bug in the I/O layer, raised as :class:`SessionProtocolError`.
-- Nothing here awaits, reads a socket or a clock: every input method takes ``now`` (seconds, any
-  monotonic origin) and appends :data:`Action` values that the I/O layer drains with
-  :meth:`Session.actions` and carries out in order.
-- ``seq`` is stamped when a frame is written (:meth:`Session.stamp`), so frames the I/O layer
-  coalesced while the client read slowly still leave with strictly increasing ``seq``.
-
-Checks that come before the request table (gating, in-flight limit, derender-state order) answer
-with an ``error`` frame and leave the request ``IDLE``; see docs/protocol.md.
-
-A session that closes (a violation, its lifetime, an internal error) first ends every request it
-accepted with its final frame (``error`` ``session_closed``, or the cancelled frame of a request the
-client was cancelling), then emits :class:`Close`: every request frame gets exactly one final frame.
-Refusals for load (``too_many_requests``) are not protocol errors: they do not count towards the
-consecutive-error close.
+Every state change goes through :data:`TRANSITIONS`, one table keyed by ``(state, event)`` (after
+h11's ``_state.py``); a pair missing from it is a bug in the I/O layer
+(:class:`SessionProtocolError`). Nothing here awaits, reads a socket or a clock. The rules of the
+file, ``seq`` stamping, checks before the table and how a closing session ends its requests:
+docs/serve.md, "Inside a WebSocket session".
 """
 
 from __future__ import annotations

@@ -1,21 +1,8 @@
-"""Prepacked linear weights for the CPU engine in bf16 (issue 22).
-
-``torch.nn.functional.linear`` in bf16 on a CPU goes through oneDNN, which reorders the weight
-into its blocked layout on **every call** before multiplying. At the small batches of decoding
-that reorder costs as much as the product itself: on the 2-core machine of issue 22 the 211
-linears of SmolLM2-135M took 24.8 ms per step at batch 1 through ``F.linear`` and 12.8 ms with
-their weights reordered once at load (``torch.ops.mkldnn._reorder_linear_weight``) and multiplied
-with ``torch.ops.mkldnn._linear_pointwise``, the pair torch's own compiler uses for frozen CPU
-graphs. The results are the same bits: the same oneDNN kernel runs, only the per-call copy of the
-weight is gone (checked here at load for every weight shape, see :func:`pack_linears`; a CPU or
-torch build where they differ keeps ``F.linear``).
-
-Only the text decoder and the output projection are packed, only in bf16 (in fp32 ``F.linear``
-uses MKL's sgemm, whose bits differ from oneDNN's, and fp32 is the engine's exact mode), and only
-for weights on the CPU: another device's weights are left alone. ``TOKENWIRE_PACKED_LINEAR=0``
-turns it off (a benchmark's A/B switch). A packed module keeps its dense weight only where
-another module shares it (a tied output projection shares the input embeddings), so the weights
-take no more memory except in that case (SmolLM2-135M: +54 MiB for its tied ``lm_head``).
+"""Prepacked linear weights for the CPU engine in bf16 (issue 22): each decoder and output-projection
+weight is reordered into oneDNN's blocked layout once at load, not on every ``F.linear`` call; the
+same kernel runs, so the results are the same bits (checked at load per weight shape).
+``TOKENWIRE_PACKED_LINEAR=0`` turns it off. Why, what is packed and what it costs in memory:
+docs/engine.md, "Linear layers: prepacked weights in bf16".
 """
 
 from __future__ import annotations

@@ -1,25 +1,9 @@
 """One accepted WebSocket session: the I/O shell around ``session.machine.Session``.
 
 One anyio task group per connection holds a reader, a single writer, a timer and one task per
-request in flight. The machine decides; this module only shuttles:
-
-- the **reader** feeds received messages to the machine, and stops reading while the outbox is
-  full (so a client that does not read cannot make the server queue answers without bound);
-- **sending**: with a direct :class:`~server.ws.transport.FrameWriter` (uvicorn, no compression),
-  a tick's first frame is stamped with ``seq`` and written at once (the task that made it writes
-  it, as an SSE response does), and the frames that became ready later in the same loop tick leave
-  in one transport write at its end (``_flush``; one callback per tick flushes every session that
-  sent during it), with no task switch;
-  a client that offered the ``tokenwire.batch`` subprotocol gets all of them as one ``batch`` message
-  (docs/protocol.md §6), so an engine step's deltas of every request of the session cost one
-  message. When the transport is backed up (the client does not read), or without a direct
-  writer, frames wait in the :class:`Outbox` (where a slow reader's pending deltas of one request
-  are merged into one frame) and the **writer** task sends them once the transport drains;
-- **request tasks** run :func:`server.ws.work.run` in their own cancel scope: ``Cancel`` cancels
-  the scope, which closes the pipeline stream, which aborts the engine request;
-- ``Close`` cancels every request at once, flushes what is queued (briefly) and closes with the
-  machine's code; a lost connection cancels everything. Unexpected errors here are logged and
-  close with 1011 (no exception text reaches the client).
+request in flight. The machine decides; this module only shuttles: what each part does, how frames
+leave (written at once, at the end of the loop tick, or queued and merged while the client does
+not read), cancels and closes: docs/serve.md, "Inside a WebSocket session".
 """
 
 from __future__ import annotations

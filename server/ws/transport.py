@@ -1,19 +1,9 @@
 """Server frames written straight to the session's transport, once per loop tick.
 
-Sending through ASGI costs a chain of awaits per frame (Starlette's ``send_text``, its exception
-middleware, uvicorn's ``send``, the websockets library's frame object) and one ``write`` system
-call per frame. A session's frames are plain unmasked text frames, so :class:`FrameWriter` builds
-their headers itself and writes everything a session has ready in one ``transport.write``:
-several WebSocket frames in one write is ordinary protocol v1 on the wire.
-
-It is used where the server is uvicorn's ``websockets-sansio`` protocol (the one tokenwire runs)
-without ``permessage-deflate``; :func:`frame_writer` returns None anywhere else and the session
-sends through ASGI as before. ``RawSendMiddleware`` (outermost in ``server.app``) hands the
-server's own ``send`` callable to the endpoint, whose protocol object owns the transport.
-
-Backpressure: when the transport's buffer passes its high-water mark (the client does not read),
-:attr:`FrameWriter.backed_up` is true and the session queues (and coalesces) frames in its outbox
-until :meth:`FrameWriter.drained`.
+:class:`FrameWriter` builds unmasked text frame headers itself and writes a session's ready frames
+in one ``transport.write``, skipping the ASGI send chain; it is used only with uvicorn's
+``websockets-sansio`` protocol without ``permessage-deflate`` (:func:`frame_writer` returns None
+elsewhere). Why, and its backpressure: docs/serve.md, "Inside a WebSocket session".
 """
 
 from __future__ import annotations
