@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from engine.local.omp import prefer_passive_wait, wait_policy
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -32,6 +34,7 @@ def test_passive_unless_the_user_chose() -> None:
     assert wait_policy(spin) == "libgomp default, GOMP_SPINCOUNT=300000"
 
 
+@pytest.mark.slow  # a fresh interpreter that imports torch
 def test_libgomp_reads_the_policy_set_before_torch_loads() -> None:
     """OMP_DISPLAY_ENV makes libgomp print the settings it started with."""
     code = ("from engine.local.omp import prefer_passive_wait\n"
@@ -44,6 +47,7 @@ def test_libgomp_reads_the_policy_set_before_torch_loads() -> None:
     assert "OMP_WAIT_POLICY = 'PASSIVE'" in proc.stderr
 
 
+@pytest.mark.slow  # a fresh interpreter that imports torch
 def test_serve_sets_it_before_anything_loads_torch_unless_the_user_chose() -> None:
     code = ("import os, sys\n"
             "import server.runner\n"

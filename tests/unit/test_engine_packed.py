@@ -17,8 +17,9 @@ from engine.local.packed import PackedLinear, pack_linears
 from tests.conftest import DEFAULT_MODEL, TINY_MODELS
 from tests.support.engine_harness import Reference, request, running_engine
 
-pytestmark = pytest.mark.skipif(not cast(Any, torch.backends.mkldnn).is_available(),
-                                reason="torch built without oneDNN")
+pytestmark = [pytest.mark.skipif(not cast(Any, torch.backends.mkldnn).is_available(),
+                                 reason="torch built without oneDNN"),
+              pytest.mark.slow]  # whole models loaded and run (the fast loop: pytest -m "not slow")
 
 
 def _load(path: Path, dtype: torch.dtype) -> Any:
