@@ -1,23 +1,24 @@
-"""The server process's garbage-collector setting: the heap built at start-up is frozen once serving
-begins.
+"""The server process's garbage-collector settings for serving: the heap built at start-up is frozen,
+and the youngest generation is collected every 10,000 allocations instead of 700.
 
-What start-up builds (the tokenizer and its vocabulary, the chat template, the parsers, the model's
-Python objects, every imported module) lives as long as the process, yet each full collection of
-the cyclic garbage collector walks it again. Measured with 256 WebSocket streams of 8 tokens each
-(``bench/streams_bench.py``, 3 rounds): without freezing, full collections paused the event loop
-for up to 244 ms and the collector took 0.89 s of the run; with the start-up heap frozen, 93 ms and
-0.41 s, and the server's CPU per streamed token fell from 278-344 to 153-216 µs on that
-request-heavy load (docs/benchmarks.md). ``gc.freeze`` moves every object alive now to a permanent
-generation that collections skip; objects made later are collected as usual.
+A streamed token's objects are short-lived and freed by reference counting; at the default
+threshold the collector ran every few dozen tokens, promoted objects about to die and triggered
+full collections over every session's objects (pauses up to 0.6 s with 1,024 streams). Why and what
+it measured: docs/serve.md, "How a request flows".
 """
 
 from __future__ import annotations
 
 import gc
 
+YOUNG_THRESHOLD = 10_000  # allocations between collections of the youngest generation (Python: 700)
 
-def freeze_startup_heap() -> None:
-    """Collect what start-up left behind, then freeze the rest (``serve`` / ``launch`` call it once the
-    app and its engine are up, before the first request)."""
+
+def settle_heap_for_serving() -> None:
+    """Collect what start-up left behind, freeze the rest, and collect the youngest generation less
+    often (``serve`` / ``launch`` call it once the app and its engine are up, before the first
+    request)."""
     gc.collect()
     gc.freeze()
+    _, older, oldest = gc.get_threshold()
+    gc.set_threshold(YOUNG_THRESHOLD, older, oldest)

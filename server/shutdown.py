@@ -22,7 +22,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 from engine.errors import EngineShutDown
 from engine.interface import Engine
 from server.errors import error_response, flavor_of
-from server.heap import freeze_startup_heap
+from server.heap import settle_heap_for_serving
 
 log = logging.getLogger("tokenwire")
 
@@ -101,7 +101,7 @@ class GracefulServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)  # the lifespan ran: the engine is loaded
-        freeze_startup_heap()
+        settle_heap_for_serving()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """uvicorn's convention: a second SIGINT while shutting down quits at once; here a second
