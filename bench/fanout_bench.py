@@ -23,7 +23,6 @@ import argparse
 import asyncio
 import cProfile
 import io
-import json
 import pstats
 import sys
 import time
@@ -33,6 +32,7 @@ from typing import Any
 import anyio
 import orjson
 
+from bench.loopback import emit, model_or_default
 from bench.paced_engine import word_token_ids
 from engine.interface import ChoiceDelta, EngineHealth, EngineOutput, EngineStream
 from engine.outbox import Outbox, OutboxStream
@@ -205,21 +205,12 @@ def main(argv: list[str] | None = None) -> int:
                    help="sleep this long between steps (0: back to back, caches warm)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    if a.model:
-        model = Path(a.model)
-    else:
-        from server.assets import ensure
-
-        model = ensure("smollm2-135m-instruct")
+    model = model_or_default(a.model)
     result = run(model, a.streams, a.tokens, a.rounds, a.profile, a.step_ms)
     profile = result.pop("profile", None)
-    text = json.dumps(result, indent=2)
-    print(text)
+    emit(result, a.out)
     if profile:
         print(profile, file=sys.stderr)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
     return 0
 
 

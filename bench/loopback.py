@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import os
 import re
 import resource
@@ -16,6 +17,7 @@ import time
 from collections import deque
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -59,6 +61,24 @@ def kernel_seconds(pid: int) -> float:
     loopback the receiving side's network processing that runs in the sender's context."""
     stat = Path(f"/proc/{pid}/stat").read_text()
     return int(stat[stat.rindex(")") + 2:].split()[12]) / _CLK_TCK
+
+
+def model_or_default(arg: str | None) -> Path:
+    """A benchmark's ``--model`` directory, or the embedded SmolLM2 (built from the asset cache)."""
+    if arg:
+        return Path(arg)
+    from server.assets import ensure
+
+    return ensure("smollm2-135m-instruct")
+
+
+def emit(result: Any, out: str | None) -> None:
+    """Print a benchmark's JSON document, and write it to ``out`` too when given."""
+    text = json.dumps(result, indent=2)
+    print(text)
+    if out:
+        Path(out).parent.mkdir(parents=True, exist_ok=True)
+        Path(out).write_text(text + "\n")
 
 
 def raise_fd_limit(want: int) -> int:

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -22,7 +21,15 @@ from typing import Any
 
 import orjson
 
-from bench.loopback import PacedEngineProcess, event_loop_policy, raise_fd_limit, render_server, rss_bytes
+from bench.loopback import (
+    PacedEngineProcess,
+    emit,
+    event_loop_policy,
+    model_or_default,
+    raise_fd_limit,
+    render_server,
+    rss_bytes,
+)
 
 BATCH = 100  # sessions opened concurrently
 SETTLE_S = 1.0
@@ -108,18 +115,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--sessions", type=int, nargs="+", default=[250, 500, 1000, 2000])
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    if a.model:
-        model = Path(a.model)
-    else:
-        from server.assets import ensure
-
-        model = ensure("smollm2-135m-instruct")
+    model = model_or_default(a.model)
     result = run(model, sorted(a.sessions))
-    text = json.dumps(result, indent=2)
-    print(text)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
+    emit(result, a.out)
     return 0
 
 

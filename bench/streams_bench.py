@@ -31,7 +31,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import shutil
 import signal
 import subprocess
@@ -47,8 +46,10 @@ from bench.loopback import (
     PacedEngineProcess,
     SseStream,
     cpu_seconds,
+    emit,
     event_loop_policy,
     kernel_seconds,
+    model_or_default,
     pct,
     raise_fd_limit,
     render_server,
@@ -381,19 +382,10 @@ def main(argv: list[str] | None = None) -> int:
                         "figures are not comparable: sampling stops the process)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    if a.model:
-        model = Path(a.model)
-    else:
-        from server.assets import ensure
-
-        model = ensure("smollm2-135m-instruct")
+    model = model_or_default(a.model)
     result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link, a.sdk,
                  tuple(a.modes), Path(a.profile) if a.profile else None)
-    text = json.dumps(result, indent=2)
-    print(text)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
+    emit(result, a.out)
     return 0
 
 

@@ -26,11 +26,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import os
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
 import httpx
@@ -38,7 +36,7 @@ import orjson
 
 from bench import fanout_bench, streams_bench
 from bench.derender_bench import CHAT_REQUEST, _prompt, _tokenizer, build_stream, stream_over_http
-from bench.loopback import cpu_seconds, raise_fd_limit
+from bench.loopback import cpu_seconds, emit, raise_fd_limit
 from bench.machine import load_average
 from server.assets import ensure
 from tests.support.server_proc import ServerProcess
@@ -104,7 +102,7 @@ def derender_frames(quick: bool) -> dict[str, Any]:
 
 # --- 5: the in-process serve path --------------------------------------------------------------------------
 
-async def _serve_streams(url: str, streams: int, tokens: int) -> dict[str, Any]:
+async def _serve_streams(url: str, pid: int, streams: int, tokens: int) -> dict[str, Any]:
     """``streams`` WebSocket sessions, opened first; then one chat each, with the server's CPU and its
     engine's stats read around the chats alone (as ``streams_bench`` does: a handshake is not a
     streamed token's cost)."""
@@ -127,16 +125,13 @@ async def _serve_streams(url: str, streams: int, tokens: int) -> dict[str, Any]:
 
     async with httpx.AsyncClient(base_url=url) as http:
         before = (await http.get("/engine/stats")).json()["stats"]
-        c0, t0 = cpu_seconds(_PID[0]), time.perf_counter()
+        c0, t0 = cpu_seconds(pid), time.perf_counter()
         await asyncio.gather(*(one(i, ws) for i, ws in enumerate(sockets)))
-        wall, cpu = time.perf_counter() - t0, cpu_seconds(_PID[0]) - c0
+        wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
         after = (await http.get("/engine/stats")).json()["stats"]
     for ws in sockets:
         await ws.close()
     return {"before": before, "after": after, "wall_s": wall, "cpu_s": cpu}
-
-
-_PID = [0]  # the serve process being measured
 
 
 def in_process(streams: int, tokens: int) -> dict[str, Any]:
@@ -145,9 +140,8 @@ def in_process(streams: int, tokens: int) -> dict[str, Any]:
             "--log-level", "warning", "--state-secret", SECRET]
     with ServerProcess(args, env={"TOKENWIRE_NUM_THREADS": "1"}, startup_timeout=300) as srv:
         assert srv.proc is not None
-        _PID[0] = srv.proc.pid
-        asyncio.run(_serve_streams(srv.url, 2, 4))  # warm-up
-        got = asyncio.run(_serve_streams(srv.url, streams, tokens))
+        asyncio.run(_serve_streams(srv.url, srv.proc.pid, 2, 4))  # warm-up
+        got = asyncio.run(_serve_streams(srv.url, srv.proc.pid, streams, tokens))
     before, after, cpu = got["before"], got["after"], got["cpu_s"]
     generated = after["generated_tokens"] - before["generated_tokens"]
     model = after["step_cpu_seconds"] - before["step_cpu_seconds"]
@@ -222,11 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     result = run(a.quick)
-    text = json.dumps(result, indent=1)
-    print(text)
-    if a.out:
-        Path(a.out).parent.mkdir(parents=True, exist_ok=True)
-        Path(a.out).write_text(text + "\n")
+    emit(result, a.out)
     return 0
 
 
