@@ -141,6 +141,24 @@ class HAProxy:
                 self.proc.wait(5)
 
 
+def _restart_tier(replicas: list[ServerProcess], make: Callable[..., ServerProcess], lb: HAProxy, name: str,
+                  which: Sequence[int], extra: Sequence[str]) -> None:
+    """Replicas ``which`` of a tier again on their ports with ``extra`` flags, side by side (each one
+    still running is stopped first, with SIGTERM), each back once its balancer has it UP as
+    ``<name><i + 1>``."""
+
+    def restart(i: int) -> None:
+        old = replicas[i]
+        old.stop()
+        port = hostport(old.url).rsplit(":", 1)[1]
+        replicas[i] = make(*extra, "--port", port)  # listed first: stop() ends it
+        start_ready(replicas[i])
+        lb.wait_status({f"{name}{i + 1}": "UP"})
+
+    if which:
+        side_by_side(*(lambda i=i: restart(i) for i in which))
+
+
 class Topology:
     """Two engines behind one HAProxy, two front ends on its URL behind another HAProxy.
 
@@ -217,18 +235,7 @@ class Topology:
         """Front ends ``which`` again on their ports with ``extra`` flags, side by side (each one
         still running is stopped first, with SIGTERM)."""
         assert self.lb is not None
-        lb = self.lb
-
-        def restart(i: int) -> None:
-            old = self.frontends[i]
-            old.stop()
-            port = hostport(old.url).rsplit(":", 1)[1]
-            self.frontends[i] = self._frontend(*extra, "--port", port)  # listed first: stop() ends it
-            start_ready(self.frontends[i])
-            lb.wait_status({f"fe{i + 1}": "UP"})
-
-        if which:
-            side_by_side(*(lambda i=i: restart(i) for i in which))
+        _restart_tier(self.frontends, self._frontend, self.lb, "fe", which, extra)
 
     def restart_engine(self, i: int, *extra: str) -> None:
         """Start engine ``i`` again (after a kill or a drain) on its port, with ``extra`` flags."""
@@ -239,18 +246,7 @@ class Topology:
         running is stopped first, with SIGTERM). With every engine down at once the front ends said
         "degraded" and left the balancer's rotation: this returns once they are back in it."""
         assert self.engine_lb is not None
-        engine_lb = self.engine_lb
-
-        def restart(i: int) -> None:
-            old = self.engines[i]
-            old.stop()
-            port = hostport(old.url).rsplit(":", 1)[1]
-            self.engines[i] = self._engine(*extra, "--port", port)  # listed first: stop() ends it
-            start_ready(self.engines[i])
-            engine_lb.wait_status({f"engine{i + 1}": "UP"})
-
-        if which:
-            side_by_side(*(lambda i=i: restart(i) for i in which))
+        _restart_tier(self.engines, self._engine, self.engine_lb, "engine", which, extra)
         if self.lb is not None:
             frontends = list(self.frontends)
             wait_until(lambda: all(healthy(srv) for srv in frontends), "the front ends to answer /health with 200 again",
