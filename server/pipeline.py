@@ -14,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import anyio
 import orjson
 
 from engine.errors import EngineUnavailable
@@ -93,7 +94,7 @@ class Pipeline:
     async def complete(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
         """The non-streaming answer (``chat.completion`` / ``text_completion`` / Anthropic message)."""
         prep = await self._prepare(kind, {**body, "stream": False})
-        responses = [await self._collect(req, d) for req, d in zip(prep.requests, prep.derenderers, strict=True)]
+        responses = await self._collect_all(prep)
         if kind == "completion":
             derenderers = [d for d in prep.derenderers if isinstance(d, CompletionDerenderer)]
             rid = prep.requests[0].request_id or ""
@@ -151,6 +152,31 @@ class Pipeline:
         so = chat.stream_options
         return _Prepared(kind, body, [req], [d], chat=chat, messages=msgs, created=created,
                          include_usage=bool(so and so.include_usage))
+
+    async def _collect_all(self, prep: _Prepared) -> list[GenerateResponse]:
+        """Every engine request of one answer, run at once (the engine batches a completion's
+        prompts, as vLLM does); the first error cancels the others and is raised as itself."""
+        pairs = list(zip(prep.requests, prep.derenderers, strict=True))
+        if len(pairs) == 1:
+            return [await self._collect(*pairs[0])]
+        responses: list[GenerateResponse | None] = [None] * len(pairs)
+        errors: list[Exception] = []
+
+        async def collect(k: int, req: GenerateRequest, d: ChatDerenderer | CompletionDerenderer) -> None:
+            try:
+                responses[k] = await self._collect(req, d)
+            except Exception as exc:  # kept, not raised: a task group would wrap it in a group
+                errors.append(exc)
+                tasks.cancel_scope.cancel()
+
+        async with anyio.create_task_group() as tasks:
+            for k, (req, d) in enumerate(pairs):
+                tasks.start_soon(collect, k, req, d)
+        if errors:
+            raise errors[0]
+        done = [r for r in responses if r is not None]
+        assert len(done) == len(pairs), "every engine request ended with a response or an error"
+        return done
 
     async def _collect(self, req: GenerateRequest, d: ChatDerenderer | CompletionDerenderer) -> GenerateResponse:
         """Run one engine request to the end (stopping early when derender sees a stop string)

@@ -11,13 +11,16 @@ output ids so far through :class:`OutputDigest`.
 from __future__ import annotations
 
 import array
-import asyncio
 import base64
 import contextlib
 import hashlib
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import anyio
+from anyio.abc import TaskGroup
+from anyio.streams.memory import MemoryObjectSendStream
 
 from engine.interface import EngineOutput, EngineStream
 from engine.protocol import GenerateRequest
@@ -84,7 +87,8 @@ class OutputDigest:
 
 class PipelineStream:
     """The events of one streaming pipeline. Iterate :meth:`stream_events` (or :meth:`events` for
-    bare payloads) exactly once; closing the iterator aborts the engine work."""
+    bare payloads) exactly once, inside ``async with stream.running()``; closing the iterator aborts
+    the engine work."""
 
     def __init__(self, pipeline: Pipeline, prep: _Prepared, *, checkpoints: bool, offsets: list[int]) -> None:
         self.pipeline = pipeline
@@ -92,6 +96,7 @@ class PipelineStream:
         self.checkpoints = checkpoints
         self.offsets = offsets
         self._runs: list[_EngineRun] = []
+        self._tasks: TaskGroup | None = None  # where several runs' pumps run (:meth:`running`)
         self._anthropic: MessageStream | None = None
         self._pending: dict[tuple[int, int], list[int]] = {}  # engine ids not yet covered by an event
         self._done_runs: set[int] = set()  # runs whose output is complete (finished, or a stop string)
@@ -122,6 +127,22 @@ class PipelineStream:
         for run in self._runs:
             await run.aclose()
 
+    @contextlib.asynccontextmanager
+    async def running(self) -> AsyncIterator[None]:
+        """The task group that reads several engine requests at once (a completion over several
+        prompts), owned by the task that reads this stream: iterate :meth:`stream_events` inside
+        it. Leaving it stops every read; one engine request needs no task at all."""
+        if len(self._runs) < 2:
+            yield
+            return
+        async with anyio.create_task_group() as tasks:
+            self._tasks = tasks
+            try:
+                yield
+            finally:
+                self._tasks = None
+                tasks.cancel_scope.cancel()
+
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         agen = self.stream_events()
         try:
@@ -134,7 +155,7 @@ class PipelineStream:
         try:
             for ev in self.start():
                 yield ev
-            async for k, out in _merge(self._runs):
+            async for k, out in _merge(self._runs, self._tasks):
                 for ev in self.feed(k, out):
                     yield ev
                 for run in self._finished_runs():
@@ -337,32 +358,50 @@ class _EngineRun:
             await self.agen.aclose()  # shielded, bounded, never raising: as every engine stream closes
 
 
-async def _merge(runs: list[_EngineRun]) -> AsyncIterator[tuple[int, EngineOutput]]:
-    """Interleave several engine streams as their outputs arrive (one task per pending step,
-    cancelled when the consumer leaves)."""
+async def _merge(runs: list[_EngineRun], tasks: TaskGroup | None) -> AsyncIterator[tuple[int, EngineOutput]]:
+    """Interleave the runs' outputs as they arrive. One run is read directly. Several are read
+    by one pump each, started in ``tasks`` (:meth:`PipelineStream.running`: the reader's own task
+    group, so the pumps never outlive it). A pump stops when its run is closed (finished, or a
+    stop string seen), and every pump stops when the reader leaves."""
     if len(runs) == 1:
         async for out in runs[0].outputs():
             yield 0, out
         return
-    iters = [r.outputs() for r in runs]
-    pending: dict[asyncio.Task[EngineOutput], int] = {
-        asyncio.ensure_future(it.__anext__()): k for k, it in enumerate(iters)
-    }
+    if tasks is None:
+        raise RuntimeError("a stream over several engine requests is read inside `async with stream.running()`")
+    send, receive = anyio.create_memory_object_stream[tuple[int, EngineOutput | Exception]](len(runs))
+    scopes = [anyio.CancelScope() for _ in runs]
+    for k in range(len(runs)):
+        tasks.start_soon(_pump, runs[k], k, scopes[k], send.clone())
+    send.close()
     try:
-        while pending:
-            done, _ = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                k = pending.pop(task)
-                try:
-                    out = task.result()
-                except StopAsyncIteration:
-                    continue
-                yield k, out
-                if not runs[k].closed:
-                    pending[asyncio.ensure_future(iters[k].__anext__())] = k
+        async with receive:
+            async for k, item in receive:
+                if runs[k].closed:
+                    continue  # arrived while the reader closed its run (its abort may end it in an error)
+                if isinstance(item, Exception):
+                    raise item
+                yield k, item
+                for run, scope in zip(runs, scopes, strict=True):
+                    if run.closed:
+                        scope.cancel()  # the reader closed it on this output: its pump is done
+                if all(run.closed for run in runs):
+                    return
     finally:
-        for task in pending:
-            task.cancel()
-        for it in iters:
-            with contextlib.suppress(Exception):
-                await it.aclose()  # type: ignore[attr-defined]
+        for scope in scopes:
+            scope.cancel()
+
+
+async def _pump(run: _EngineRun, k: int, scope: anyio.CancelScope,
+                send: MemoryObjectSendStream[tuple[int, EngineOutput | Exception]]) -> None:
+    """Forward one run's outputs (or the error that ends it) to the merge. Never raises: a pump's
+    error would cancel its reader's task group, so it travels as an item instead."""
+    with scope, send:
+        try:
+            async for out in run.outputs():
+                await send.send((k, out))
+        except anyio.BrokenResourceError:
+            pass  # the reader left
+        except Exception as exc:
+            with contextlib.suppress(anyio.BrokenResourceError):
+                await send.send((k, exc))

@@ -16,10 +16,12 @@ import orjson
 from pydantic import BaseModel, ConfigDict
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
+from starlette.types import Send
 
 from server.errors import error_response
 from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
+from server.pipeline_stream import PipelineStream
 from server.routing import Route
 from server.services import services_of
 from server.sse import DONE, sse
@@ -64,8 +66,20 @@ async def _serve(request: Request, kind: Kind) -> Response:
     # Validate, render and admit before the first byte, so errors are plain HTTP errors.
     stream = await pipeline.open_stream(kind, body)
     flavor = "anthropic" if kind == "messages" else "openai"
-    return StreamingResponse(_sse(stream.events(), flavor=flavor), media_type="text/event-stream",
-                             headers=SSE_HEADERS)
+    return _PipelineResponse(stream, flavor=flavor)
+
+
+class _PipelineResponse(StreamingResponse):
+    """The SSE answer of one pipeline stream, read inside the stream's own task group
+    (:meth:`PipelineStream.running`), entered and left by the task that sends the response."""
+
+    def __init__(self, stream: PipelineStream, *, flavor: str) -> None:
+        super().__init__(_sse(stream.events(), flavor=flavor), media_type="text/event-stream", headers=SSE_HEADERS)
+        self._stream = stream
+
+    async def stream_response(self, send: Send) -> None:
+        async with self._stream.running():
+            await super().stream_response(send)
 
 
 async def _sse(events: AsyncIterator[dict[str, Any]], *, flavor: str) -> AsyncIterator[bytes]:

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio.to_thread
@@ -76,6 +77,11 @@ class SessionStream:
                on_end: Callable[[BaseException | None], None]) -> bool:
         assert self._opened is not None
         return self._opened.listen(on_events, on_end)
+
+    def running(self) -> AbstractAsyncContextManager[None]:
+        """Where an opened stream is iterated (:meth:`PipelineStream.running`)."""
+        assert self._opened is not None
+        return self._opened.running()
 
     def __aiter__(self) -> SessionStream:
         return self

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import Callable
+from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar, runtime_checkable
 
 import anyio
@@ -49,12 +50,15 @@ class Stages(Protocol):
 @runtime_checkable
 class Listenable(Protocol):
     """A pipeline stream that can report its events from the engine's own delivery (the step-wise
-    path: ``server.ws.stages.SessionStream``); any other stream is iterated."""
+    path: ``server.ws.stages.SessionStream``), and where it cannot, is iterated inside
+    :meth:`running`; any other stream is iterated."""
 
     async def open(self) -> None: ...
 
     def listen(self, on_events: Callable[[list[StreamEvent]], None],
                on_end: Callable[[BaseException | None], None]) -> bool: ...
+
+    def running(self) -> AbstractAsyncContextManager[None]: ...
 
 
 class Reporter(Protocol):
@@ -113,9 +117,13 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
             report.pipeline_delta(start.id, [event.payload], checkpoint=None, output_token_ids=None, stream_id=None)
 
     try:
-        if not (isinstance(stream, Listenable) and await _listened(stream, deliver)):
+        if not isinstance(stream, Listenable):
             async for event in stream:
                 deliver(event)
+        elif not await _listened(stream, deliver):
+            async with stream.running():  # the stream's reads, owned by this task
+                async for event in stream:
+                    deliver(event)
     finally:
         await stream.aclose()  # aborts what the engine has not finished (a stop string, a cancel)
     report.done(start.id)
