@@ -39,6 +39,7 @@ from engine.outbox import Outbox, OutboxStream
 from engine.protocol import GenerateRequest, UsageInfo
 from server.context import build_context
 from server.gating import decide
+from server.heap import settle_heap_for_serving
 from server.services import build_services
 from server.settings import Mode, Settings
 from server.ws.connection import Connection
@@ -130,6 +131,7 @@ async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profi
     engine = StepEngine(word_token_ids(model), tokens)
     ctx = build_context(settings, decide(Mode.RENDER, {}, has_engine_url=True), engine=engine)  # type: ignore[arg-type]
     services = build_services(ctx)
+    settle_heap_for_serving()  # the collector as the server sets it before its first request
     transport = CountingTransport()
     loop = asyncio.get_running_loop()
     async with anyio.create_task_group() as tg:
