@@ -1,11 +1,13 @@
 """Shared pieces of the loopback benchmarks: processes (a paced engine, a render server in front
-of it), what the kernel says about a process (RSS, CPU time), a thin streaming HTTP client and
-percentiles. Everything binds and connects to 127.0.0.1 only."""
+of it), what the kernel says about a process (RSS, CPU time), thin streaming HTTP (SSE) and
+WebSocket clients, and percentiles. Everything binds and connects to 127.0.0.1 only."""
 
 from __future__ import annotations
 
 import asyncio
+import base64
 import contextlib
+import hashlib
 import json
 import os
 import re
@@ -214,6 +216,85 @@ class SseStream:
 
     def close(self) -> None:
         self.writer.close()
+
+
+class WsStream:
+    """One WebSocket on a connection of its own, with as little client work as :class:`SseStream`:
+    the upgrade and the frames (RFC 6455) by hand, no library between the socket and the payload,
+    so the figures are the server's (the ``websockets`` client costs several times more per frame).
+    Text messages only; pings are answered; a close frame ends :meth:`recv` with None."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def connect(cls, ws_url: str, subprotocol: str) -> WsStream:
+        hostport, _, path = ws_url.split("://", 1)[1].partition("/")
+        host, port = hostport.rsplit(":", 1)
+        reader, writer = await asyncio.open_connection(host, int(port), limit=1 << 24)
+        key = base64.b64encode(os.urandom(16)).decode()
+        writer.write((f"GET /{path} HTTP/1.1\r\nHost: {hostport}\r\nUpgrade: websocket\r\nConnection: Upgrade\r\n"
+                      f"Sec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                      f"Sec-WebSocket-Protocol: {subprotocol}\r\n\r\n").encode())
+        head = await reader.readuntil(b"\r\n\r\n")
+        accept = base64.b64encode(hashlib.sha1((key + _WS_GUID).encode()).digest())
+        if head[9:12] != b"101" or b"sec-websocket-accept: " + accept.lower() not in head.lower():
+            writer.close()
+            raise RuntimeError(f"WebSocket upgrade refused: {head[:300]!r}")
+        return cls(reader, writer)
+
+    async def send(self, payload: bytes) -> None:
+        """Send one text message (written at once; a coroutine only to match a library client)."""
+        self.writer.write(_client_frame(0x1, payload))
+
+    async def recv(self) -> bytes | None:
+        """The next text (or binary) message's payload; None once the server closed."""
+        parts: list[bytes] = []
+        read = self.reader.readexactly
+        while True:
+            b0, b1 = await read(2)
+            n = b1 & 0x7F
+            if n == 126:
+                n = int.from_bytes(await read(2), "big")
+            elif n == 127:
+                n = int.from_bytes(await read(8), "big")
+            payload = await read(n) if n else b""
+            op = b0 & 0x0F
+            if op == 0x8:  # close: answer it, as the RFC asks
+                with contextlib.suppress(OSError):
+                    self.writer.write(_client_frame(0x8, payload[:2]))
+                return None
+            if op == 0x9:
+                self.writer.write(_client_frame(0xA, payload))
+                continue
+            if op == 0xA:
+                continue
+            parts.append(payload)
+            if b0 & 0x80:  # FIN: the message is whole
+                return parts[0] if len(parts) == 1 else b"".join(parts)
+
+    async def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.writer.write(_client_frame(0x8, (1000).to_bytes(2, "big")))
+        self.writer.close()
+
+
+_WS_GUID = "258EAFA5-E914-47DA-95CA-C5AB0DC85B11"
+
+
+def _client_frame(opcode: int, payload: bytes) -> bytes:
+    """One final client frame: masked, as RFC 6455 §5.3 requires of a client."""
+    n = len(payload)
+    if n < 126:
+        head = bytes((0x80 | opcode, 0x80 | n))
+    elif n < 65536:
+        head = bytes((0x80 | opcode, 0x80 | 126)) + n.to_bytes(2, "big")
+    else:
+        head = bytes((0x80 | opcode, 0x80 | 127)) + n.to_bytes(8, "big")
+    mask = os.urandom(4)
+    key = (mask * (n // 4 + 1))[:n]
+    masked = (int.from_bytes(payload, "big") ^ int.from_bytes(key, "big")).to_bytes(n, "big") if n else b""
+    return head + mask + masked
 
 
 @contextlib.contextmanager

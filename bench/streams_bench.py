@@ -19,8 +19,10 @@ connection, render and the call to the engine); inter-token latency (gaps betwee
 the client); one-way delivery latency per token (client receive time minus the engine's emission
 time of that token, both ``CLOCK_MONOTONIC``); the server's CPU time per token (from ``/proc``,
 the whole run including each request's render and engine call, less the server's idle rate
-measured before the first level); the benchmark client's own CPU time per token (it shares the cores,
-and the ``websockets`` client costs more per frame than the minimal SSE reader). "Added by the server" is a mode's figure minus
+measured before the first level); the benchmark client's own CPU time per token (it shares the
+cores). The client reads SSE and WebSocket frames by hand, equally lean (``bench.loopback``
+``SseStream`` / ``WsStream``), so neither mode's latency carries more client work than the other's;
+``--ws-client websockets`` uses the ``websockets`` library instead, which costs more per frame. "Added by the server" is a mode's figure minus
 ``direct``'s. Sessions and connections are opened before the clock starts; the ``c`` requests are
 sent spread evenly over ``--ramp-s`` (arrivals, not one burst), and each stream runs ``--tokens``. Prints one JSON document (also written to ``--out``).
 
@@ -45,6 +47,7 @@ import orjson
 from bench.loopback import (
     PacedEngineProcess,
     SseStream,
+    WsStream,
     cpu_seconds,
     emit,
     event_loop_policy,
@@ -130,12 +133,17 @@ async def _sse(conns: list[SseStream], c: int, tokens: int, ramp_s: float) -> li
     return streams
 
 
-async def _open_sessions(ws_url: str, c: int) -> list[Any]:
-    from websockets.asyncio.client import connect
-
+async def _open_sessions(ws_url: str, c: int, client: str) -> list[Any]:
+    """``c`` sessions, created: each a lean :class:`WsStream` (``client="lean"``), or the
+    ``websockets`` library's client, whose own cost per frame is several times the lean one's."""
     async def open_one() -> Any:
-        ws = await connect(ws_url + "/v1/session", subprotocols=["tokenwire.v1"], max_size=1 << 24,  # type: ignore[list-item]
-                           open_timeout=60, ping_interval=None)
+        if client == "lean":
+            ws: Any = await WsStream.connect(ws_url + "/v1/session", "tokenwire.v1")
+        else:
+            from websockets.asyncio.client import connect
+
+            ws = _LibraryWs(await connect(ws_url + "/v1/session", subprotocols=["tokenwire.v1"],  # type: ignore[list-item]
+                                          max_size=1 << 24, open_timeout=60, ping_interval=None))
         await ws.recv()  # session.created
         return ws
 
@@ -145,10 +153,26 @@ async def _open_sessions(ws_url: str, c: int) -> list[Any]:
     return sockets
 
 
-async def _connect(mode: str, url: str, c: int) -> Any:
+class _LibraryWs:
+    """The ``websockets`` client behind :class:`WsStream`'s three calls."""
+
+    def __init__(self, ws: Any) -> None:
+        self.ws = ws
+
+    async def send(self, payload: bytes) -> None:
+        await self.ws.send(payload.decode())
+
+    async def recv(self) -> bytes | None:
+        return await self.ws.recv(decode=False)  # type: ignore[no-any-return]
+
+    async def close(self) -> None:
+        await self.ws.close()
+
+
+async def _connect(mode: str, url: str, c: int, ws_client: str = "lean") -> Any:
     """The mode's connections (sessions: upgraded and created), opened before the clock starts."""
     if mode == "ws":
-        return await _open_sessions("ws" + url[len("http"):], c)
+        return await _open_sessions("ws" + url[len("http"):], c, ws_client)
     if mode == "sdk":
         import client_sdk
 
@@ -181,7 +205,10 @@ async def _ws(sockets: list[Any], c: int, tokens: int, ramp_s: float) -> list[St
 
     async def read(ws: Any, s: Stream) -> None:
         while True:
-            frame = orjson.loads(await ws.recv())
+            message = await ws.recv()
+            if message is None:
+                raise RuntimeError("the server closed the session mid-stream")
+            frame = orjson.loads(message)
             now = time.monotonic_ns()
             kind = frame["type"]
             if kind == "chat.delta":
@@ -196,7 +223,7 @@ async def _ws(sockets: list[Any], c: int, tokens: int, ramp_s: float) -> list[St
         await ws.close()
 
     async def one(i: int, ws: Any, s: Stream) -> None:
-        frame = orjson.dumps({"type": "chat", "id": "s", "body": _chat_body(i, tokens)}).decode()
+        frame = orjson.dumps({"type": "chat", "id": "s", "body": _chat_body(i, tokens)})
         await _arrive(i, c, ramp_s)
         s.sent_ns = time.monotonic_ns()
         await ws.send(frame)
@@ -269,11 +296,11 @@ def _stop(proc: subprocess.Popen[bytes] | None) -> None:
 
 async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int, c: int, tokens: int,
                     ramp_s: float, order: tuple[str, ...], tag: str, idle: float,
-                    profile: Path | None = None) -> dict[str, Any]:
+                    profile: Path | None = None, ws_client: str = "lean") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in order:
         engine.emissions()  # forget earlier runs
-        conns = await _connect(mode, engine.url if mode == "direct" else server_url, c)
+        conns = await _connect(mode, engine.url if mode == "direct" else server_url, c, ws_client)
         await asyncio.sleep(0.2)
         spy = _profiler(server_pid, profile if mode != "direct" else None, f"{mode}-c{c}-{tag}")
         cpu0, t0, client0 = cpu_seconds(server_pid), time.perf_counter(), time.process_time()
@@ -307,9 +334,9 @@ def added(level: dict[str, Any]) -> dict[str, Any]:
 
 async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, levels: list[int], tokens: int,
                   ramp_s: float, rounds: int, sdk: bool = False, modes: tuple[str, ...] = ("sse", "ws"),
-                  profile: Path | None = None) -> tuple[float, list[dict[str, Any]]]:
+                  profile: Path | None = None, ws_client: str = "lean") -> tuple[float, list[dict[str, Any]]]:
     await _sse(await _connect("sse", server_url, 2), 2, 4, 0)  # warm-up: first render, first engine connection
-    await _ws(await _connect("ws", server_url, 2), 2, 4, 0)
+    await _ws(await _connect("ws", server_url, 2, ws_client), 2, 4, 0)
     idle = await idle_cpu_rate(server_pid)
     results = []
     for c in levels:
@@ -319,7 +346,7 @@ async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, 
             order += ("sdk",) if sdk else ()
             print(f"  streams c={c} round {r + 1}/{rounds}", file=sys.stderr, flush=True)
             per_round.append(await run_level(engine, server_url, server_pid, c, tokens, ramp_s, order,
-                                             f"d{c}r{r}", idle, profile))
+                                             f"d{c}r{r}", idle, profile, ws_client))
         level = _median_round(per_round)
         results.append({"concurrency": c, **level, "added_by_server_ms": added(level),
                         "rounds": per_round if rounds > 1 else None})
@@ -337,16 +364,17 @@ def _median_round(rounds: list[dict[str, Any]]) -> dict[str, Any]:
 
 def run(model: Path, levels: list[int], tokens: int, step_ms: float, ramp_s: float, rounds: int,
         link: str = "ws", sdk: bool = False, modes: tuple[str, ...] = ("sse", "ws"),
-        profile: Path | None = None) -> dict[str, Any]:
+        profile: Path | None = None, ws_client: str = "lean") -> dict[str, Any]:
     raise_fd_limit(4 * max(levels) + 1024)
     with PacedEngineProcess(model, step_ms=step_ms) as engine, \
             render_server(model, engine_url(engine.url, link)) as srv:
         assert srv.proc is not None
         with event_loop_policy() as loop:
             idle, results = asyncio.run(measure(engine, srv.url, srv.proc.pid, levels, tokens, ramp_s, rounds, sdk,
-                                                modes, profile))
+                                                modes, profile, ws_client))
     return {"benchmark": "streaming_sessions", "model": model.name, "tokens_per_stream": tokens, "engine_link": link,
             "engine_step_ms": step_ms, "ramp_s": ramp_s, "rounds": rounds, "client_loop": loop,
+            "ws_client": ws_client,
             "server_idle_cpu_ms_per_s": round(idle * 1e3, 3),
             "server": f"tokenwire launch render --engine-url {engine_url('http://…', link)} (paced engine, no model)",
             "modes": {"direct": "SSE straight from the paced engine (baseline)",
@@ -377,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
                         "one SSE stream per request (http, vLLM's wire)")
     p.add_argument("--modes", nargs="+", choices=("sse", "ws"), default=["sse", "ws"],
                    help="the through-server modes to run (the direct baseline always runs)")
+    p.add_argument("--ws-client", choices=("lean", "websockets"), default="lean",
+                   help="the benchmark's WebSocket client: frames by hand, as lean as its SSE reader (default), "
+                        "or the websockets library's")
     p.add_argument("--profile", default=None, metavar="DIR",
                    help="record the server with py-spy during each mode into DIR (raw stacks; its CPU "
                         "figures are not comparable: sampling stops the process)")
@@ -384,7 +415,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     model = model_or_default(a.model)
     result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link, a.sdk,
-                 tuple(a.modes), Path(a.profile) if a.profile else None)
+                 tuple(a.modes), Path(a.profile) if a.profile else None, a.ws_client)
     emit(result, a.out)
     return 0
 
