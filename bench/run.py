@@ -9,7 +9,8 @@ a 2-core machine; full: longer, more rounds, more points). The run directory
 versions, the commit, each benchmark's own JSON, and every figure with its unit, its baseline and
 the ratio) and the plots. With ``--vllm-python`` (a Python that has vLLM installed), the same
 render, derender and generate workloads also run against vLLM's render server and tokens-only
-engine, and each figure is paired with vLLM's from the same run.
+engine, and each figure is paired with vLLM's from the same run; ``streams_targets`` then also
+measures vLLM's API server beside tokenwire's front end (its target 6).
 
 Exit status: 0 when every benchmark that ran finished, 1 when one failed or ran out of time, 2 for
 a usage problem (for example, matplotlib missing: ``bash scripts/install.sh dev``).
@@ -18,6 +19,7 @@ a usage problem (for example, matplotlib missing: ``bash scripts/install.sh dev`
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import signal
@@ -100,6 +102,13 @@ def _discover_optional() -> list[Section]:
             quick = tuple(x for flag, value in shorter.items() if flag in helptext for x in (flag, value))
         out.append(Section(name, module, what, quick, (), 240, 1800, writes_out="--out" in helptext))
     return out
+
+
+def _with_vllm(section: Section, python: str) -> Section:
+    """``section`` with vLLM beside it (streams_targets' target 6), with time for vLLM's start-up."""
+    extra = ("--vllm-python", python)
+    return dataclasses.replace(section, quick=(*section.quick, *extra), full=(*section.full, *extra),
+                               limit_quick_s=section.limit_quick_s + 900, limit_full_s=section.limit_full_s + 900)
 
 
 def _vllm_section(python: str) -> Section:
@@ -197,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     sections = [*SECTIONS, *_discover_optional()]
     if a.vllm_python:
         sections.append(_vllm_section(a.vllm_python))
+        sections = [_with_vllm(s, a.vllm_python) if s.name == "streams_targets" else s for s in sections]
     if a.only:
         unknown = set(a.only) - {s.name for s in sections}
         if unknown:

@@ -12,14 +12,16 @@
 5. ``serve`` with its local engine (tiny-qwen3, one engine thread): the process's CPU less the time
    inside model steps (``/engine/stats`` ``step_cpu_seconds``), per generated token, <= 40 µs at 64
    WebSocket streams.
-6. vLLM's API server beside it: only where a vLLM installation is given (``--vllm-python``); this
-   benchmark reports it as not run otherwise.
+6. vLLM's API server beside it, only where a vLLM installation is given (``--vllm-python``; reported
+   as not run otherwise): the CPU per streamed token of ``vllm serve``'s API server process (its engine
+   core is a child process) and of tokenwire's front end (``launch render`` over the session link to a
+   ``serve --tokens-only`` engine), both with SmolLM2-135M generating, at 16 and 64 SSE streams.
 
 Beside them, ``bench.fanout_bench``: the server's own Python per token in one process, without
 sockets (back to back, and paced as a real engine steps), the part of figure 1 that is not the
 kernel's. Prints one JSON document (also written to ``--out``).
 
-    .venv/bin/python -m bench.streams_targets [--quick] [--out FILE]
+    .venv/bin/python -m bench.streams_targets [--quick] [--vllm-python PATH] [--out FILE]
 """
 
 from __future__ import annotations
@@ -36,7 +38,7 @@ import orjson
 
 from bench import fanout_bench, streams_bench
 from bench.derender_bench import CHAT_REQUEST, _prompt, _tokenizer, build_stream, stream_over_http
-from bench.loopback import cpu_seconds, emit, raise_fd_limit
+from bench.loopback import SseStream, cpu_seconds, emit, raise_fd_limit, render_server
 from bench.machine import load_average
 from server.assets import ensure
 from tests.support.server_proc import ServerProcess
@@ -152,9 +154,79 @@ def in_process(streams: int, tokens: int) -> dict[str, Any]:
             "non_model_cpu_us_per_token": round((cpu - model) / generated * 1e6, 1)}
 
 
+# --- 6: vLLM's API server beside tokenwire's front end ----------------------------------------------------------
+
+async def _api_streams(url: str, pid: int, streams: int, tokens: int) -> dict[str, Any]:
+    """``streams`` chats streamed over SSE from an OpenAI-compatible server (one connection each,
+    opened first), ``tokens`` tokens each with eos ignored; the CPU of process ``pid`` alone around
+    them (the API server: vLLM's engine core is its child process, tokenwire's engine another
+    server), less its idle rate, per streamed token."""
+    conns = [await SseStream.connect(url) for _ in range(streams)]
+    counted = [0] * streams
+
+    async def one(i: int, conn: SseStream) -> None:
+        conn.send("/v1/chat/completions", orjson.dumps({
+            "model": "bench", "messages": [{"role": "user", "content": f"Tell me about the number {i}."}],
+            "max_tokens": tokens, "ignore_eos": True, "temperature": 0, "stream": True,
+            "stream_options": {"include_usage": True}}))
+        async for data in conn.events():
+            if data == b"[DONE]":
+                break
+            usage = orjson.loads(data).get("usage")
+            if usage:
+                counted[i] = usage["completion_tokens"]
+        conn.close()
+
+    idle = await streams_bench.idle_cpu_rate(pid)
+    c0, t0 = cpu_seconds(pid), time.perf_counter()
+    await asyncio.gather(*(one(i, conn) for i, conn in enumerate(conns)))
+    wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
+    total = sum(counted)
+    if total == 0:
+        raise RuntimeError(f"no streamed tokens were counted from {url}")
+    return {"streams": streams, "complete_streams": sum(1 for n in counted if n == tokens), "tokens": total,
+            "wall_s": round(wall, 2), "tok_per_s": round(total / wall, 1), "idle_cpu_ms_per_s": round(idle * 1e3, 3),
+            "api_cpu_us_per_token": round(max(cpu - idle * wall, 0.0) / total * 1e6, 1)}
+
+
+def api_servers(levels: list[int], tokens: int, vllm_python: str | None) -> dict[str, Any]:
+    """Target 6: the API server's CPU per streamed token with a real engine behind it (SmolLM2-135M).
+    tokenwire: ``launch render`` in front of a ``serve --tokens-only`` engine over the session link
+    (the front end measured). vLLM: ``vllm serve`` (its API server process measured; its engine core
+    is a child process), only where ``vllm_python`` is given."""
+    from bench.machine import describe_machine
+    from bench.vllm_compare import server, vllm_cmd, vllm_version
+
+    model = ensure("smollm2-135m-instruct")
+    dtype = "bfloat16" if describe_machine()["cpu_bf16"] else "float32"
+    out: dict[str, Any] = {"model": model.name, "dtype": dtype, "tokens_per_stream": tokens}
+
+    def measured(url: str, pid: int) -> dict[str, Any]:
+        asyncio.run(_api_streams(url, pid, 2, 4))  # warm-up: first render, first engine call
+        return {str(c): asyncio.run(_api_streams(url, pid, c, tokens)) for c in levels}
+
+    engine_args = ["serve", str(model), "--tokens-only", "--served-model-name", "bench", "--dtype", dtype,
+                   "--max-num-seqs", str(max(levels)), "--ws-max-in-flight", str(max(levels)), "--log-level", "warning"]
+    with ServerProcess(engine_args, startup_timeout=300) as engine, \
+            render_server(model, "ws" + engine.url[len("http"):]) as front:
+        assert front.proc is not None
+        out["tokenwire"] = {"what": "launch render --engine-url ws:// (front end) + serve --tokens-only (engine)",
+                            **measured(front.url, front.proc.pid)}
+    if vllm_python is None:
+        out["vllm"] = None
+        return out
+    pids: list[int] = []
+    env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+    with server(vllm_cmd(vllm_python, "serve", str(model), "--served-model-name", "bench", "--dtype", dtype,
+                         "--max-model-len", "2048", "--max-num-seqs", str(max(levels))), env=env, pids=pids) as url:
+        out["vllm"] = {"what": "vllm serve (its API server process)", "version": vllm_version(vllm_python),
+                       **measured(url, pids[0])}
+    return out
+
+
 # --- the run ---------------------------------------------------------------------------------------------------
 
-def run(quick: bool) -> dict[str, Any]:
+def run(quick: bool, vllm_python: str | None = None) -> dict[str, Any]:
     model = ensure("smollm2-135m-instruct")
     raise_fd_limit(8192)
     out: dict[str, Any] = {"benchmark": "streams_targets", "quick": quick, "load_average_before": load_average()}
@@ -175,9 +247,25 @@ def run(quick: bool) -> dict[str, Any]:
     out["fanout"] = {"back_to_back": fanout_bench.run(model, 256, 64 if quick else 128, 2 if quick else 3)["best"],
                      "paced_100ms": fanout_bench.run(model, 256, 32 if quick else 64, 1 if quick else 2,
                                                      step_ms=100.0)["best"]}
+    if vllm_python is not None:
+        print("streams: 6 (vLLM's API server beside the front end)", file=sys.stderr, flush=True)
+        out["api_servers"] = api_servers([16, 64], 32 if quick else 128, vllm_python)
     out["load_average_after"] = load_average()
     out["targets"] = targets(out)
     return out
+
+
+def target6(api: dict[str, Any] | None) -> dict[str, Any]:
+    """Per stream count: tokenwire's front end and vLLM's API server, µs of CPU per streamed token,
+    and their ratio (below 1: tokenwire spends less)."""
+    if api is None or api.get("vllm") is None:
+        return {"value": None, "note": "not run: no vLLM installation was given (--vllm-python)"}
+    tw, vl = api["tokenwire"], api["vllm"]
+    return {f"cpu_us_per_token_{c}": {"tokenwire_front_end": tw[c]["api_cpu_us_per_token"],
+                                      "vllm_api_server": vl[c]["api_cpu_us_per_token"],
+                                      "ratio": round(tw[c]["api_cpu_us_per_token"]
+                                                     / max(vl[c]["api_cpu_us_per_token"], 1e-9), 3)}
+            for c in tw if c.isdigit()}
 
 
 def targets(out: dict[str, Any]) -> dict[str, Any]:
@@ -205,17 +293,19 @@ def targets(out: dict[str, Any]) -> dict[str, Any]:
     sdk = out["sdk"]["results"][0].get("sdk", {})
     t["4_client_sdk_cpu_us_per_token"] = _verdict(sdk.get("client_cpu_us_per_token"), 60.0)
     t["5_in_process_non_model_us_per_token"] = _verdict(out["in_process"]["non_model_cpu_us_per_token"], 40.0)
-    t["6_vllm_api_server"] = {"value": None, "note": "not run: no vLLM installation was given"}
+    t["6_vllm_api_server"] = target6(out.get("api_servers"))
     return t
 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer streams, tokens and rounds (a smoke run)")
+    p.add_argument("--vllm-python", default=None,
+                   help="a Python with vLLM installed: target 6, vLLM's API server beside tokenwire's front end")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = run(a.quick)
+    result = run(a.quick, a.vllm_python)
     emit(result, a.out)
     return 0
 

@@ -56,12 +56,16 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def server(cmd: list[str], *, env: dict[str, str] | None = None, startup_s: float = 900) -> Iterator[str]:
-    """Start ``cmd`` (with ``--host 127.0.0.1 --port P`` appended), wait for ``/health``, yield its URL."""
+def server(cmd: list[str], *, env: dict[str, str] | None = None, startup_s: float = 900,
+           pids: list[int] | None = None) -> Iterator[str]:
+    """Start ``cmd`` (with ``--host 127.0.0.1 --port P`` appended), wait for ``/health``, yield its URL
+    (and append the process id to ``pids`` when given)."""
     port = _free_port()
     log = tempfile.NamedTemporaryFile(prefix="bench-server-", suffix=".log", delete=False)  # noqa: SIM115
     proc = subprocess.Popen([*cmd, "--host", "127.0.0.1", "--port", str(port)], cwd=ROOT, stdout=log,
                             stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}, start_new_session=True)
+    if pids is not None:
+        pids.append(proc.pid)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + startup_s
