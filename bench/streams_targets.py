@@ -38,7 +38,7 @@ import orjson
 
 from bench import fanout_bench, streams_bench
 from bench.derender_bench import CHAT_REQUEST, _prompt, _tokenizer, build_stream, stream_over_http
-from bench.loopback import SseStream, cpu_seconds, emit, raise_fd_limit, render_server
+from bench.loopback import SseStream, WsStream, cpu_seconds, emit, raise_fd_limit, render_server
 from bench.machine import load_average
 from server.assets import ensure
 from tests.support.server_proc import ServerProcess
@@ -107,19 +107,21 @@ def derender_frames(quick: bool) -> dict[str, Any]:
 async def _serve_streams(url: str, pid: int, streams: int, tokens: int) -> dict[str, Any]:
     """``streams`` WebSocket sessions, opened first; then one chat each, with the server's CPU and its
     engine's stats read around the chats alone (as ``streams_bench`` does: a handshake is not a
-    streamed token's cost)."""
-    from websockets.asyncio.client import connect
-
-    sockets = [await connect("ws" + url[len("http"):] + "/v1/session", compression=None) for _ in range(streams)]
+    streamed token's cost). The client is ``streams_bench``'s lean one (:class:`WsStream`)."""
+    sockets = [await WsStream.connect("ws" + url[len("http"):] + "/v1/session", "tokenwire.v1")
+               for _ in range(streams)]
     for ws in sockets:
         await ws.recv()
 
-    async def one(i: int, ws: Any) -> None:
+    async def one(i: int, ws: WsStream) -> None:
         body = {"messages": [{"role": "user", "content": f"Tell me about the number {i}."}], "max_tokens": tokens,
                 "ignore_eos": True, "temperature": 0}
-        await ws.send(orjson.dumps({"type": "chat", "id": "c", "body": body}).decode())
+        await ws.send(orjson.dumps({"type": "chat", "id": "c", "body": body}))
         while True:
-            frame = orjson.loads(await ws.recv())
+            message = await ws.recv()
+            if message is None:
+                raise RuntimeError("the server closed the session mid-stream")
+            frame = orjson.loads(message)
             if frame["type"] in ("chat.done", "error"):
                 if frame["type"] == "error":
                     raise RuntimeError(f"error frame: {frame}")
