@@ -18,44 +18,30 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import os
 import statistics
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
 from bench.engine_bench import chat_prompts
-from bench.loopback import SseStream, emit
-from bench.machine import describe_machine, load_average
-from bench.vllm_compare import server, tokenwire_cmd, vllm_cmd, vllm_version
-
-
-async def _one(url: str, prompt: list[int], new_tokens: int) -> tuple[int, float | None]:
-    conn = await SseStream.connect(url)
-    t0 = time.perf_counter()
-    first: float | None = None
-    n = 0
-    conn.send("/inference/v1/generate", orjson.dumps({
-        "token_ids": prompt, "stream": True,
-        "sampling_params": {"max_tokens": new_tokens, "temperature": 0, "ignore_eos": True, "output_kind": 1}}))
-    async for data in conn.events():
-        if data == b"[DONE]":
-            break
-        k = sum(len(c.get("token_ids") or []) for c in orjson.loads(data).get("choices", []))
-        if k and first is None:
-            first = time.perf_counter() - t0
-        n += k
-    conn.close()
-    return n, first
+from bench.loopback import emit
+from bench.machine import load_average
+from bench.vllm_compare import (
+    engine_dtype,
+    generate_stream,
+    server,
+    tokenwire_cmd,
+    vllm_cmd,
+    vllm_env,
+    vllm_version,
+)
 
 
 async def _level(url: str, prompts: list[list[int]], new_tokens: int) -> dict[str, Any]:
-    await asyncio.gather(*(_one(url, p, new_tokens) for p in prompts))  # warm-up of this batch shape
+    await asyncio.gather(*(generate_stream(url, p, new_tokens) for p in prompts))  # warm-up of this batch shape
     t0 = time.perf_counter()
-    got = await asyncio.gather(*(_one(url, p, new_tokens) for p in prompts))
+    got = await asyncio.gather(*(generate_stream(url, p, new_tokens) for p in prompts))
     wall = time.perf_counter() - t0
     tokens = sum(n for n, _ in got)
     if tokens != len(prompts) * new_tokens:
@@ -66,7 +52,7 @@ async def _level(url: str, prompts: list[list[int]], new_tokens: int) -> dict[st
 
 def run(python: str, model: Path, threads: list[int], levels: list[int], new_tokens: int, rounds: int,
         eager: bool) -> dict[str, Any]:
-    dtype = "bfloat16" if describe_machine()["cpu_bf16"] else "float32"
+    dtype = engine_dtype()
     prompts = chat_prompts(model, max(levels))
     common = [str(model), "--tokens-only", "--served-model-name", "bench", "--dtype", dtype,
               "--max-model-len", "2048", "--max-num-seqs", str(max(levels))]
@@ -79,14 +65,13 @@ def run(python: str, model: Path, threads: list[int], levels: list[int], new_tok
         "threads": {}}
     for n in threads:
         print(f"engine_vllm: {n} thread(s): starting both servers", file=sys.stderr, flush=True)
-        vllm_env = {"VLLM_CPU_OMP_THREADS_BIND": "0" if n == 1 else f"0-{n - 1}",
-                    "VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
+        env = vllm_env(VLLM_CPU_OMP_THREADS_BIND="0" if n == 1 else f"0-{n - 1}")
         with contextlib.ExitStack() as stack:
             urls = {
                 "tokenwire": stack.enter_context(server(tokenwire_cmd("serve", *common, "--log-level", "warning"),
                                                         env={"TOKENWIRE_NUM_THREADS": str(n)})),
                 "vllm": stack.enter_context(server(vllm_cmd(python, "serve", *common,
-                                                            *(["--enforce-eager"] if eager else [])), env=vllm_env)),
+                                                            *(["--enforce-eager"] if eager else [])), env=env)),
             }
             samples: dict[str, dict[int, list[dict[str, Any]]]] = {s: {c: [] for c in levels} for s in urls}
             for r in range(rounds):

@@ -196,11 +196,10 @@ def api_servers(levels: list[int], tokens: int, vllm_python: str | None) -> dict
     tokenwire: ``launch render`` in front of a ``serve --tokens-only`` engine over the session link
     (the front end measured). vLLM: ``vllm serve`` (its API server process measured; its engine core
     is a child process), only where ``vllm_python`` is given."""
-    from bench.machine import describe_machine
-    from bench.vllm_compare import server, vllm_cmd, vllm_version
+    from bench.vllm_compare import engine_dtype, server, vllm_cmd, vllm_env, vllm_version
 
     model = ensure("smollm2-135m-instruct")
-    dtype = "bfloat16" if describe_machine()["cpu_bf16"] else "float32"
+    dtype = engine_dtype()
     out: dict[str, Any] = {"model": model.name, "dtype": dtype, "tokens_per_stream": tokens}
 
     def measured(url: str, pid: int) -> dict[str, Any]:
@@ -218,9 +217,9 @@ def api_servers(levels: list[int], tokens: int, vllm_python: str | None) -> dict
         out["vllm"] = None
         return out
     pids: list[int] = []
-    env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
     with server(vllm_cmd(vllm_python, "serve", str(model), "--served-model-name", "bench", "--dtype", dtype,
-                         "--max-model-len", "2048", "--max-num-seqs", str(max(levels))), env=env, pids=pids) as url:
+                         "--max-model-len", "2048", "--max-num-seqs", str(max(levels))), env=vllm_env(),
+                pids=pids) as url:
         out["vllm"] = {"what": "vllm serve (its API server process)", "version": vllm_version(vllm_python),
                        **measured(url, pids[0])}
     return out

@@ -98,6 +98,18 @@ def vllm_cmd(python: str, *args: str) -> list[str]:
     return [python, "-m", "vllm.entrypoints.cli.main", *args]
 
 
+def vllm_env(**extra: str) -> dict[str, str]:
+    """The environment every vLLM server here gets: 2 GiB of KV cache unless set, and ``extra``."""
+    return {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2"), **extra}
+
+
+def engine_dtype() -> str:
+    """The dtype both engines run: bf16 where the CPU has it, else fp32."""
+    from bench.machine import describe_machine
+
+    return "bfloat16" if describe_machine()["cpu_bf16"] else "float32"
+
+
 # --- workloads --------------------------------------------------------------------------------------------
 
 def render_workload(url: str, seconds: float) -> dict[str, Any]:
@@ -118,19 +130,30 @@ def derender_workload(url: str, model: Path, sizes: tuple[int, int, int]) -> dic
     return stream_over_http(url, ids, _prompt(tok))
 
 
+async def generate_stream(url: str, prompt: list[int], new_tokens: int) -> tuple[int, float | None]:
+    """One streamed ``/inference/v1/generate`` request (greedy, eos ignored): the tokens it gave and
+    the seconds to its first token (None when it gave none)."""
+    conn = await SseStream.connect(url)
+    t0 = time.perf_counter()
+    first: float | None = None
+    n = 0
+    conn.send("/inference/v1/generate", orjson.dumps({
+        "token_ids": prompt, "stream": True, "sampling_params": {
+            "max_tokens": new_tokens, "temperature": 0, "ignore_eos": True, "output_kind": 1}}))
+    async for data in conn.events():
+        if data == b"[DONE]":
+            break
+        k = sum(len(c.get("token_ids") or []) for c in orjson.loads(data).get("choices", []))
+        if k and first is None:
+            first = time.perf_counter() - t0
+        n += k
+    conn.close()
+    return n, first
+
+
 def generate_workload(url: str, prompts: list[list[int]], levels: list[int], new_tokens: int) -> dict[str, Any]:
     async def one(p: list[int]) -> int:
-        conn = await SseStream.connect(url)
-        conn.send("/inference/v1/generate", orjson.dumps({
-            "token_ids": p, "stream": True, "sampling_params": {
-                "max_tokens": new_tokens, "temperature": 0, "ignore_eos": True, "output_kind": 1}}))
-        n = 0
-        async for data in conn.events():
-            if data == b"[DONE]":
-                break
-            n += sum(len(c.get("token_ids") or []) for c in orjson.loads(data).get("choices", []))
-        conn.close()
-        return n
+        return (await generate_stream(url, p, new_tokens))[0]
 
     async def level(c: int) -> dict[str, Any]:
         await asyncio.gather(*(one(p) for p in prompts[:c]))  # warm-up of this batch shape
@@ -168,22 +191,20 @@ def pairs_of(tw: dict[str, Any], vl: dict[str, Any]) -> list[dict[str, Any]]:
 def run(python: str, render_model: Path, engine_model: Path, *, quick: bool) -> dict[str, Any]:
     version = vllm_version(python)
     from bench.engine_bench import chat_prompts
-    from bench.machine import describe_machine
 
-    dtype = "bfloat16" if describe_machine()["cpu_bf16"] else "float32"
+    dtype = engine_dtype()
     seconds = 2.0 if quick else 5.0
     sizes = (300, 100, 100) if quick else (2015, 508, 408)
     levels = [1, 8] if quick else [1, 8, 16]
     new_tokens = 32 if quick else 64
     prompts = chat_prompts(engine_model, max(levels))
     engine_flags = ["--tokens-only", "--dtype", dtype, "--max-model-len", "2048"]
-    vllm_env = {"VLLM_CPU_KVCACHE_SPACE": os.environ.get("VLLM_CPU_KVCACHE_SPACE", "2")}
     result: dict[str, Any] = {"benchmark": "vllm_compare", "vllm_version": version, "vllm_python": python,
                               "render_model": render_model.name, "engine_model": engine_model.name, "dtype": dtype,
                               "derender_stream": dict(zip(("reasoning", "content", "tool_args"), sizes, strict=True))}
     sides: dict[str, dict[str, Any]] = {}
     for side, make, env in (("tokenwire", tokenwire_cmd, None),
-                            ("vllm", lambda *a: vllm_cmd(python, *a), vllm_env)):
+                            ("vllm", lambda *a: vllm_cmd(python, *a), vllm_env())):
         print(f"vllm_compare: {side} render server", file=sys.stderr, flush=True)
         with server(make("launch", "render", str(render_model), *RENDER_FLAGS), env=env) as url:
             render = render_workload(url, seconds)
