@@ -328,6 +328,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "settings": "tokenwire LocalEngine: eager (no torch.compile), torch threads as listed, no pinning, "
                     "prefix cache on (the chat prompts share their system prompt's first 16-token blocks, as vLLM 0.32 shares them with its default prefix caching)",
         "linear_kernels": kernel_of,
+        "attention_kernel": stats["attention_kernel"],
         "omp_wait_policy": stats["omp_wait_policy"],
         "cpus": os.cpu_count(),
         "machine": platform.machine(),

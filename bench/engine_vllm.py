@@ -73,6 +73,7 @@ def run(python: str, model: Path, threads: list[int], levels: list[int], new_tok
                 "vllm": stack.enter_context(server(vllm_cmd(python, "serve", *common,
                                                             *(["--enforce-eager"] if eager else [])), env=env)),
             }
+            out.setdefault("tokenwire_kernels", _kernels(urls["tokenwire"]))
             samples: dict[str, dict[int, list[dict[str, Any]]]] = {s: {c: [] for c in levels} for s in urls}
             for r in range(rounds):
                 order = ("tokenwire", "vllm") if r % 2 == 0 else ("vllm", "tokenwire")
@@ -84,6 +85,15 @@ def run(python: str, model: Path, threads: list[int], levels: list[int], new_tok
         out["threads"][str(n)] = _summary(samples, levels)
     out["load_average_after"] = load_average()
     return out
+
+
+def _kernels(url: str) -> dict[str, Any]:
+    """What tokenwire's engine runs (its ``/engine/stats``): the linear and attention kernels and the
+    OpenMP wait policy, so the output states the settings it measured."""
+    import httpx
+
+    stats = httpx.get(f"{url}/engine/stats", timeout=30).json()
+    return {k: stats.get(k) for k in ("linear_kernel", "attention_kernel", "omp_wait_policy", "dtype")}
 
 
 def _summary(samples: dict[str, dict[int, list[dict[str, Any]]]], levels: list[int]) -> dict[str, Any]:

@@ -218,6 +218,7 @@ class LocalEngine(Engine):
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
             "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
+            "attention_kernel": self.runner.attention_kernel,  # engine/local/attention.py
             "omp_wait_policy": wait_policy(),  # engine/local/omp.py
             "grammars_compiled": self.grammars.compiled,
             # budget-aware closing of structured outputs (engine/local/structured_closing.py): walks made,

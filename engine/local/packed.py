@@ -34,6 +34,55 @@ class PackedLinear(torch.nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class FusedProduct:
+    """One packed product for sibling linears that read the same input (q/k/v, gate/up): the first
+    of them to see an input computes every sibling's output, and each takes its slice (a view)."""
+
+    __slots__ = ("_input", "_left", "_parts", "bias", "packed", "sizes")
+
+    def __init__(self, packed: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]) -> None:
+        self.packed = packed
+        self.bias = bias
+        self.sizes = sizes
+        self._input: torch.Tensor | None = None
+        self._parts: tuple[torch.Tensor, ...] = ()
+        self._left = 0
+
+    def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
+        # The same tensor object, held here until every sibling took its part, so its id cannot be
+        # reused; any other input (even equal values) is computed afresh, so a model that calls
+        # its projections in another order or on other inputs still gets the right products.
+        if x is not self._input:
+            out = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+            self._input, self._parts, self._left = x, out.split(self.sizes, dim=-1), len(self.sizes)
+        part = self._parts[index]
+        self._left -= 1
+        if self._left <= 0:  # let go of the step's tensors
+            self._input, self._parts = None, ()
+        return part
+
+
+class FusedPart(torch.nn.Module):
+    """One sibling of a :class:`FusedProduct`, in place of its ``nn.Linear``."""
+
+    def __init__(self, linear: torch.nn.Linear, product: FusedProduct, index: int) -> None:
+        super().__init__()
+        self.in_features = linear.in_features
+        self.out_features = linear.out_features
+        self.product = product
+        self.index = index
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.product.part(x, self.index)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, part {self.index} of a fused product"
+
+
+# Sibling linears of one module that read the same input, by the names transformers' decoders use.
+FUSABLE = (("q_proj", "k_proj", "v_proj"), ("gate_proj", "up_proj"))
+
+
 def enabled() -> bool:
     """``TOKENWIRE_PACKED_LINEAR`` (default on; ``0`` / ``false`` / ``off`` turn it off)."""
     return os.environ.get("TOKENWIRE_PACKED_LINEAR", "1").strip().lower() not in ("0", "false", "off", "no")
@@ -74,10 +123,14 @@ def pack_linears(model: Any, dtype: torch.dtype, wanted: bool | None = None) -> 
     targets = [t for t in targets if t[2].weight.device.type == "cpu" and t[2].weight.dtype == torch.bfloat16]
     if not targets:
         return 0, "not packed: no bf16 linear on the CPU"
+    fused = _fuse_siblings(targets)
+    done = {id(m) for _, _, members, _ in fused for m in members}
     packed: dict[int, torch.Tensor] = {}
     checked: set[tuple[int, int, bool]] = set()
     with torch.inference_mode():
         for _, _, linear in targets:
+            if id(linear) in done:
+                continue
             weight = linear.weight.detach()
             pw = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
             shape = (linear.out_features, linear.in_features, linear.bias is not None)
@@ -87,9 +140,45 @@ def pack_linears(model: Any, dtype: torch.dtype, wanted: bool | None = None) -> 
                 checked.add(shape)
             packed[id(linear)] = pw
     for parent, name, linear in targets:
-        setattr(parent, name, PackedLinear(linear, packed[id(linear)]))
+        if id(linear) not in done:
+            setattr(parent, name, PackedLinear(linear, packed[id(linear)]))
+    for parent, names, members, product in fused:
+        for index, (name, linear) in enumerate(zip(names, members, strict=True)):
+            setattr(parent, name, FusedPart(linear, product, index))
     _own_the_rest(model)
-    return len(targets), "oneDNN packed (bf16)"
+    kernel = "oneDNN packed (bf16)"
+    if fused:
+        kernel += f", {len(fused)} sibling groups fused"
+    return len(targets), kernel
+
+
+def _fuse_siblings(targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]]
+                   ) -> list[tuple[torch.nn.Module, tuple[str, ...], list[torch.nn.Linear], FusedProduct]]:
+    """Pack each group of :data:`FUSABLE` siblings (same input size, all with or all without a
+    bias) as one product, where it gives the same bits as the separate products."""
+    children: dict[int, tuple[torch.nn.Module, dict[str, torch.nn.Linear]]] = {}
+    for parent, name, linear in targets:
+        children.setdefault(id(parent), (parent, {}))[1][name] = linear
+    out: list[tuple[torch.nn.Module, tuple[str, ...], list[torch.nn.Linear], FusedProduct]] = []
+    verdicts: dict[tuple[tuple[int, ...], int, bool], bool] = {}
+    with torch.inference_mode():
+        for parent, named in children.values():
+            for names in FUSABLE:
+                found = [named.get(n) for n in names]
+                members = [m for m in found if m is not None]
+                if (len(members) != len(names) or len({m.in_features for m in members}) != 1
+                        or len({m.bias is None for m in members}) != 1):
+                    continue
+                weight = torch.cat([m.weight.detach() for m in members])
+                bias = None if members[0].bias is None else torch.cat([m.bias.detach() for m in members])
+                product = FusedProduct(torch.ops.mkldnn._reorder_linear_weight(weight, 1), bias,
+                                       [m.out_features for m in members])
+                shape = (tuple(m.out_features for m in members), members[0].in_features, bias is not None)
+                if shape not in verdicts:
+                    verdicts[shape] = _fused_same_bits(members, product)
+                if verdicts[shape]:
+                    out.append((parent, names, members, product))
+    return out
 
 
 def _own_the_rest(model: Any) -> None:
@@ -107,6 +196,17 @@ def _own_the_rest(model: Any) -> None:
 
 def _children(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
     return [(parent, name, child) for parent in root.modules() for name, child in parent.named_children()]
+
+
+def _fused_same_bits(members: list[torch.nn.Linear], product: FusedProduct) -> bool:
+    """The fused product's slices equal each sibling's ``F.linear`` bit for bit."""
+    gen = torch.Generator().manual_seed(22)
+    for rows in (1, 7):
+        x = torch.randn(rows, members[0].in_features, generator=gen).to(torch.bfloat16)
+        for index, linear in enumerate(members):
+            if not torch.equal(torch.nn.functional.linear(x, linear.weight, linear.bias), product.part(x, index)):
+                return False
+    return True
 
 
 def _same_bits(linear: torch.nn.Linear, pw: torch.Tensor) -> bool:

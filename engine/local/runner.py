@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from engine.errors import EngineUnavailable
-from engine.local import vision
+from engine.local import attention, vision
 from engine.local.kv import KVStore, StepCache, WritePlan
 from engine.local.packed import pack_linears
 from engine.local.params import XGRAMMAR_MISSING, ModelLimits
@@ -46,6 +46,7 @@ class ModelRunner:
         self.packed_wanted = packed_linear  # None: TOKENWIRE_PACKED_LINEAR decides
         self.packed_linears = 0  # linears with prepacked weights (engine.local.packed)
         self.linear_kernel = "not loaded"
+        self.attention_kernel = "not loaded"  # engine.local.attention
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -68,6 +69,8 @@ class ModelRunner:
             self.sliding_window = int(config.sliding_window)
         self.kv = KVStore(config.num_hidden_layers, max_rows=self.max_rows + 1,
                           max_len=self.max_model_len + 1, dtype=self.dtype)
+        self.attention_kernel = attention.install(model, self.dtype)
+        log.info("attention: %s", self.attention_kernel)
         self._check_architecture()
         self.packed_linears, self.linear_kernel = pack_linears(model, self.dtype, self.packed_wanted)
         log.info("linear layers: %s (%d packed)", self.linear_kernel, self.packed_linears)

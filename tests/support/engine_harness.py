@@ -108,15 +108,21 @@ def running_engine(model_dir: Path, **kwargs: Any) -> Iterator[EngineHarness]:
 
 
 class Reference:
-    """``model.generate`` on the same weights: what greedy output must equal."""
+    """``model.generate`` on the same weights: what greedy output must equal. In bf16 it decodes
+    with the engine's attention (engine/local/attention.py) unless ``attention="sdpa"``, so it
+    runs the engine's computation; fp32 is transformers' SDPA either way."""
 
-    def __init__(self, model_dir: Path, dtype: str) -> None:
+    def __init__(self, model_dir: Path, dtype: str, attention: str | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
+        from engine.local import attention as engine_attention
+
         self.torch = torch
+        if attention is None:
+            attention = engine_attention.register() if engine_attention.wanted(getattr(torch, dtype)) else "sdpa"
         model = AutoModelForCausalLM.from_pretrained(
-            str(model_dir), dtype=getattr(torch, dtype), attn_implementation="sdpa", local_files_only=True)
+            str(model_dir), dtype=getattr(torch, dtype), attn_implementation=attention, local_files_only=True)
         self.model: Any = cast(Any, model).eval()
 
     def greedy(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:

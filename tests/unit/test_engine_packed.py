@@ -1,6 +1,7 @@
 """Prepacked bf16 linears (engine/local/packed.py): the engine uses them by default in bf16, and
-they give the same bits as ``F.linear``, so everything the parity tests assert of the bf16 engine
-still holds (test_engine_parity's default-dtype test runs with them on this CPU)."""
+they give the same bits as ``F.linear``, fused siblings (q/k/v, gate/up) included, so everything
+the parity tests assert of the bf16 engine still holds (test_engine_parity's default-dtype test
+runs with them on this CPU)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,7 @@ from typing import Any, cast
 import pytest
 import torch
 
-from engine.local.packed import PackedLinear, pack_linears
+from engine.local.packed import FusedPart, FusedProduct, PackedLinear, pack_linears
 from tests.conftest import DEFAULT_MODEL, TINY_MODELS
 from tests.support.engine_harness import Reference, request, running_engine
 
@@ -31,7 +32,7 @@ def _load(path: Path, dtype: torch.dtype) -> Any:
 
 
 def _linears(model: Any) -> list[torch.nn.Module]:
-    return [m for m in model.modules() if isinstance(m, torch.nn.Linear | PackedLinear)]
+    return [m for m in model.modules() if isinstance(m, torch.nn.Linear | PackedLinear | FusedPart)]
 
 
 @pytest.mark.parametrize("name", [*TINY_MODELS, DEFAULT_MODEL])
@@ -40,10 +41,12 @@ def test_packing_gives_the_same_logits_bit_for_bit(name: str, asset: Callable[[s
     path = asset(name)
     plain, packed = _load(path, torch.bfloat16), _load(path, torch.bfloat16)
     count, kernel = pack_linears(packed, torch.bfloat16, wanted=True)
-    assert kernel == "oneDNN packed (bf16)"
+    layers = int(plain.config.num_hidden_layers)
+    assert kernel == f"oneDNN packed (bf16), {2 * layers} sibling groups fused"  # q/k/v and gate/up per layer
     # every linear of a text model is in its decoder or is its output projection
     assert count == len(_linears(plain)) > 0
-    assert all(isinstance(m, PackedLinear) for m in _linears(packed))
+    assert all(isinstance(m, PackedLinear | FusedPart) for m in _linears(packed))
+    assert sum(isinstance(m, FusedPart) for m in _linears(packed)) == 5 * layers
     gen = torch.Generator().manual_seed(5)
     vocab = int(plain.config.vocab_size)
     ids = torch.randint(3, min(vocab, 30000), (3, 23), generator=gen)
@@ -66,6 +69,26 @@ def test_a_packed_linear_with_bias_matches_f_linear() -> None:
             out = packed(x)
             assert out.shape == (*shape[:-1], 160)
             assert torch.equal(out, linear(x))
+
+
+def test_a_fused_product_gives_each_sibling_its_own_product_whatever_the_order() -> None:
+    """Siblings called out of order, twice, or on another input than the others still get
+    exactly ``F.linear`` of their own input."""
+    gen = torch.Generator().manual_seed(3)
+    siblings = [torch.nn.Linear(64, n, bias=True).to(torch.bfloat16) for n in (48, 16, 16)]
+    weight = torch.cat([s.weight.detach() for s in siblings])
+    bias = torch.cat([s.bias.detach() for s in siblings])
+    product = FusedProduct(torch.ops.mkldnn._reorder_linear_weight(weight, 1), bias, [48, 16, 16])
+    parts = [FusedPart(s, product, i) for i, s in enumerate(siblings)]
+    x, y = (torch.randn(2, 5, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
+    with torch.inference_mode():
+        for index, inp in ((1, x), (0, x), (0, y), (2, x), (2, y), (1, y), (1, x), (0, x)):
+            got = parts[index](inp)
+            assert torch.equal(got, torch.nn.functional.linear(inp, siblings[index].weight, siblings[index].bias))
+        z = torch.randn(1, 64, generator=gen).to(torch.bfloat16)
+        for part in parts:  # a whole round on a new input lets go of it and of the outputs
+            part(z)
+    assert product._input is None and product._parts == ()
 
 
 def test_packing_only_in_bf16_and_when_wanted(asset: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
@@ -92,9 +115,11 @@ def test_the_bf16_engine_packs_by_default_and_matches_model_generate(asset: Call
     with running_engine(path, dtype="bfloat16") as h:
         stats = h.engine.stats()
         got = [h.run(request(p, max_tokens=16))[0].ids for p in ps]
-    assert stats["linear_kernel"] == "oneDNN packed (bf16)"
+    assert stats["linear_kernel"] == "oneDNN packed (bf16), 60 sibling groups fused"
     assert h.engine.runner.packed_linears == 30 * 7 + 1  # SmolLM2: 7 per layer and the output projection
+    assert stats["attention_kernel"] == "grouped fp32 for decode, SDPA for prefill"  # engine/local/attention.py
     ref = Reference(path, "bfloat16")
+    assert ref.model.config._attn_implementation == "tokenwire"  # model.generate decodes as the engine does
     assert got == [ref.greedy(p, 16) for p in ps]
 
 
