@@ -92,7 +92,7 @@ def _kernels(url: str) -> dict[str, Any]:
     OpenMP wait policy, so the output states the settings it measured."""
     import httpx
 
-    stats = httpx.get(f"{url}/engine/stats", timeout=30).json()
+    stats = httpx.get(f"{url}/engine/stats", timeout=30).json().get("stats") or {}
     return {k: stats.get(k) for k in ("linear_kernel", "attention_kernel", "omp_wait_policy", "dtype")}
 
 

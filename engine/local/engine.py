@@ -219,6 +219,7 @@ class LocalEngine(Engine):
             "threads": self.num_threads,
             "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
             "attention_kernel": self.runner.attention_kernel,  # engine/local/attention.py
+            "decode_forward": self.runner.decode_forward,  # engine/local/lean_decode.py
             "omp_wait_policy": wait_policy(),  # engine/local/omp.py
             "grammars_compiled": self.grammars.compiled,
             # budget-aware closing of structured outputs (engine/local/structured_closing.py): walks made,

@@ -16,7 +16,7 @@ from typing import Any
 import torch
 
 from engine.errors import EngineUnavailable
-from engine.local import attention, vision
+from engine.local import attention, lean_decode, vision
 from engine.local.kv import KVStore, StepCache, WritePlan
 from engine.local.packed import pack_linears
 from engine.local.params import XGRAMMAR_MISSING, ModelLimits
@@ -47,6 +47,8 @@ class ModelRunner:
         self.packed_linears = 0  # linears with prepacked weights (engine.local.packed)
         self.linear_kernel = "not loaded"
         self.attention_kernel = "not loaded"  # engine.local.attention
+        self.lean: lean_decode.LeanDecoder | None = None  # decode steps without the model call
+        self.decode_forward = "not loaded"
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -76,6 +78,29 @@ class ModelRunner:
         log.info("linear layers: %s (%d packed)", self.linear_kernel, self.packed_linears)
         if self.packed_linears:
             _malloc_trim()  # the heap the dense weights' copies and the packing's scratch used
+        self.lean, self.decode_forward = self._lean_decoder()
+        log.info("decode forward: %s", self.decode_forward)
+
+    def _lean_decoder(self) -> tuple[lean_decode.LeanDecoder | None, str]:
+        """The lean decode forward (engine/local/lean_decode.py) when it gives the model's own
+        logits bit for bit, on a step whose rows differ in length (masked) and on one whose rows
+        are all at the same position (no mask)."""
+        assert self.kv is not None
+        lean, why = lean_decode.build(self.model, vision=self.vision is not None, sliding_window=self.sliding_window)
+        if lean is None:
+            return None, why
+        ids = torch.tensor([[11], [12]])
+        try:
+            for positions in ([3, 5], [4, 4]):
+                pos, mask, plan = self._decode_inputs(positions)
+                with torch.inference_mode():
+                    want = self._forward(ids, pos[:, None], mask, plan)
+                    got = lean(ids, pos[:, None], mask, plan, self.kv)
+                if not torch.equal(want, got):
+                    return None, "model forward (the lean decode's logits differ from the model's)"
+        finally:
+            self.kv.release_memory()
+        return lean, "lean (same bits as the model's forward)"
 
     def _check_architecture(self) -> None:
         """One tiny forward through StepCache: every layer must have written its keys/values."""
@@ -201,22 +226,31 @@ class ModelRunner:
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token for each of ``seqs`` (rows ``0 .. len(seqs)-1``); returns ``[d, vocab]``."""
-        positions = [s.computed for s in seqs]
-        kv_len = max(positions) + 1
-        self.reserve(len(seqs), kv_len)
-        pos = torch.tensor(positions)
+        pos, mask, plan = self._decode_inputs([s.computed for s in seqs])
         ids = torch.tensor([[s.next_input] for s in seqs])
-        same = min(positions) == kv_len - 1
-        mask = None
-        if not same or self._window_bites(kv_len):
-            mask = (torch.arange(kv_len)[None, :] <= pos[:, None])[:, None, None, :]
-        plan = WritePlan(0, positions, [1] * len(seqs), kv_len, positions=pos,
-                         rows=None if same else torch.arange(len(seqs)), same_position=kv_len - 1 if same else None)
         rope = None
         if any(s.group.mm is not None for s in seqs):  # M-RoPE: sequence index + the request's delta
             deltas = torch.tensor([s.group.mm.delta if s.group.mm is not None else 0 for s in seqs])
             rope = (pos + deltas)[None, :, None].expand(3, -1, -1)
+        if self.lean is not None and rope is None:
+            assert self.kv is not None
+            return self.lean(ids, pos[:, None], mask, plan, self.kv)
         return self._forward(ids, pos[:, None], mask, plan, rope=rope)
+
+    def _decode_inputs(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor | None, WritePlan]:
+        """A decode step's positions tensor, its mask (None when every row is at the same
+        position and no sliding window bites) and its KV write plan; reserves the KV room."""
+        kv_len = max(positions) + 1
+        self.reserve(len(positions), kv_len)
+        pos = torch.tensor(positions)
+        same = min(positions) == kv_len - 1
+        mask = None
+        if not same or self._window_bites(kv_len):
+            mask = (torch.arange(kv_len)[None, :] <= pos[:, None])[:, None, None, :]
+        plan = WritePlan(0, positions, [1] * len(positions), kv_len, positions=pos,
+                         rows=None if same else torch.arange(len(positions)),
+                         same_position=kv_len - 1 if same else None)
+        return pos, mask, plan
 
     def _window_bites(self, kv_len: int) -> bool:
         return self.sliding_window is not None and kv_len > self.sliding_window

@@ -1,0 +1,118 @@
+"""A lean decode forward for Llama-family text decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM), issue 22.
+
+It calls the model's own modules' ``forward`` and its modeling file's own rotary function, in the
+order transformers' decoder layer calls them, with the attention function the model is set to —
+the same operators on the same tensors — but without what a full model call adds around them:
+``nn.Module.__call__`` on ~400 modules, the mask builder, the decoder layers' keyword plumbing and
+the output records (about 1.5 ms of a 15 ms SmolLM2 decode step on one thread). The runner uses it
+for decode steps only, and only after :func:`check` has found its logits equal to the model's
+own, bit for bit, on a masked and an unmasked step; anything else runs the model. Why and what it
+saves: docs/engine.md, "Lean decode forward".
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import torch
+
+from engine.local.kv import KVStore, WritePlan
+
+log = logging.getLogger("tokenwire.engine")
+
+SUPPORTED = frozenset({"llama", "mistral", "qwen2", "qwen3"})
+
+
+def enabled() -> bool:
+    """``TOKENWIRE_LEAN_DECODE`` (default on; ``0`` / ``false`` / ``off`` turn it off)."""
+    return os.environ.get("TOKENWIRE_LEAN_DECODE", "1").strip().lower() not in ("0", "false", "off", "no")
+
+
+class _Layer(NamedTuple):
+    attn: torch.nn.Module
+    input_norm: Callable[..., torch.Tensor]
+    q: Callable[..., torch.Tensor]
+    k: Callable[..., torch.Tensor]
+    v: Callable[..., torch.Tensor]
+    q_norm: Callable[..., torch.Tensor] | None
+    k_norm: Callable[..., torch.Tensor] | None
+    o: Callable[..., torch.Tensor]
+    post_norm: Callable[..., torch.Tensor]
+    gate: Callable[..., torch.Tensor]
+    up: Callable[..., torch.Tensor]
+    down: Callable[..., torch.Tensor]
+    act: Callable[..., torch.Tensor]
+    head_dim: int
+    scaling: float
+
+
+class LeanDecoder:
+    """Decode forward of ``model`` (see the module doc): ``__call__`` takes what
+    ``ModelRunner._forward`` takes for a decode step and returns ``[rows, vocab]`` logits."""
+
+    def __init__(self, model: Any) -> None:
+        inner = model.model
+        self.config = model.config
+        self.embed = inner.embed_tokens.forward
+        self.rotary = inner.rotary_emb.forward
+        self.norm = inner.norm.forward
+        self.lm_head = model.lm_head.forward
+        layers = []
+        for layer in inner.layers[: self.config.num_hidden_layers]:
+            a, mlp = layer.self_attn, layer.mlp
+            layers.append(_Layer(
+                a, layer.input_layernorm.forward, a.q_proj.forward, a.k_proj.forward, a.v_proj.forward,
+                a.q_norm.forward if hasattr(a, "q_norm") else None, a.k_norm.forward if hasattr(a, "k_norm") else None,
+                a.o_proj.forward, layer.post_attention_layernorm.forward, mlp.gate_proj.forward, mlp.up_proj.forward,
+                mlp.down_proj.forward, mlp.act_fn, int(a.head_dim), float(a.scaling)))
+        self.layers = layers
+        self.rope = sys.modules[type(inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, plan: WritePlan,
+                 kv: KVStore) -> torch.Tensor:
+        from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
+
+        attention = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
+        rows = ids.shape[0]
+        x = self.embed(ids)
+        cos, sin = self.rotary(x, pos)
+        for i, L in enumerate(self.layers):
+            h = L.input_norm(x)
+            q = L.q(h).view(rows, 1, -1, L.head_dim)
+            k = L.k(h).view(rows, 1, -1, L.head_dim)
+            v = L.v(h).view(rows, 1, -1, L.head_dim).transpose(1, 2)
+            if L.q_norm is not None and L.k_norm is not None:
+                q, k = L.q_norm(q), L.k_norm(k)
+            q, k = self.rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            keys, values = kv.write(i, k, v, plan)
+            out, _ = attention(L.attn, q, keys, values, mask, dropout=0.0, scaling=L.scaling)
+            x = x + L.o(out.reshape(rows, 1, -1).contiguous())
+            del q, k, v, keys, values, out  # the next layer's tensors reuse their memory (as in the
+            h = L.post_norm(x)  # model, whose locals go when each module returns): 6% of a 16-row step
+            x = x + L.down(L.act(L.gate(h)) * L.up(h))
+            del h
+        logits: torch.Tensor = self.lm_head(self.norm(x)[:, -1:, :])[:, -1, :]
+        return logits
+
+
+def build(model: Any, *, vision: bool, sliding_window: int | None) -> tuple[LeanDecoder | None, str]:
+    """A :class:`LeanDecoder` for ``model`` when its family and shape are ones it reproduces (the
+    runner then checks its logits bit for bit), else None; and why, in words."""
+    model_type = str(getattr(model.config, "model_type", ""))
+    if not enabled():
+        return None, "model forward (TOKENWIRE_LEAN_DECODE=0)"
+    if vision:
+        return None, "model forward (a vision-language model)"
+    if model_type not in SUPPORTED:
+        return None, f"model forward ({model_type or 'this model type'} has no lean decode)"
+    if sliding_window is not None:
+        return None, "model forward (sliding-window attention)"
+    try:
+        return LeanDecoder(model), "lean"
+    except (AttributeError, TypeError, ValueError) as exc:  # a variant with other module names
+        log.info("no lean decode for %s: %s: %s", type(model).__name__, type(exc).__name__, exc)
+        return None, f"model forward ({type(exc).__name__} building the lean decode)"

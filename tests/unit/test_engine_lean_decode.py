@@ -1,0 +1,75 @@
+"""The lean decode forward (engine/local/lean_decode.py) is used only where it gives the model's
+own logits bit for bit: the runner checks that at load and keeps the model's forward otherwise.
+Every greedy-parity test of the engine (test_engine_parity, test_engine_packed, test_engine_resume)
+decodes through it on the tiny models and SmolLM2, so those compare it with ``model.generate``."""
+
+from __future__ import annotations
+
+import types
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+from engine.local import lean_decode
+from engine.local.runner import ModelRunner
+from tests.conftest import DEFAULT_MODEL, TINY_MODELS
+
+pytestmark = pytest.mark.slow  # loads models (the fast loop: pytest -m "not slow")
+
+
+def _runner(path: Path, dtype: torch.dtype) -> ModelRunner:
+    runner = ModelRunner(path, dtype=dtype, max_rows=8, max_model_len=256)
+    runner.load()
+    return runner
+
+
+def _seq(position: int, token: int) -> Any:
+    return types.SimpleNamespace(computed=position, next_input=token, group=types.SimpleNamespace(mm=None))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+@pytest.mark.parametrize("name", [*TINY_MODELS, DEFAULT_MODEL])
+def test_decode_steps_are_the_models_bits(name: str, dtype: torch.dtype, asset: Callable[[str], Path]) -> None:
+    runner = _runner(asset(name), dtype)
+    assert runner.decode_forward == "lean (same bits as the model's forward)"
+    lean = runner.lean
+    assert lean is not None
+    gen = torch.Generator().manual_seed(1)
+    with torch.inference_mode():
+        for step in range(6):  # rows of different lengths (masked), then all at one position (no mask)
+            positions = [9 + step + 3 * i for i in range(3)] if step < 3 else [20 + step] * 3
+            seqs = [_seq(p, int(t)) for p, t in zip(positions, torch.randint(5, 200, (3,), generator=gen), strict=True)]
+            runner.lean = None
+            want = runner.decode(seqs)
+            runner.lean = lean
+            got = runner.decode(seqs)
+            assert torch.equal(want, got), step
+
+
+def test_it_is_refused_when_its_logits_differ(asset: Callable[[str], Path], monkeypatch: pytest.MonkeyPatch) -> None:
+    real = lean_decode.LeanDecoder.__call__
+
+    def off_by_a_little(self: lean_decode.LeanDecoder, *args: Any) -> torch.Tensor:
+        return real(self, *args) + 1e-3
+
+    monkeypatch.setattr(lean_decode.LeanDecoder, "__call__", off_by_a_little)
+    runner = _runner(asset(TINY_MODELS[0]), torch.float32)
+    assert runner.lean is None
+    assert runner.decode_forward == "model forward (the lean decode's logits differ from the model's)"
+
+
+def test_it_can_be_turned_off_and_is_not_built_for_other_models(asset: Callable[[str], Path],
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TOKENWIRE_LEAN_DECODE", "0")
+    runner = _runner(asset(TINY_MODELS[0]), torch.float32)
+    assert (runner.lean, runner.decode_forward) == (None, "model forward (TOKENWIRE_LEAN_DECODE=0)")
+    monkeypatch.delenv("TOKENWIRE_LEAN_DECODE")
+    other = types.SimpleNamespace(config=types.SimpleNamespace(model_type="gemma2"))
+    assert lean_decode.build(other, vision=False, sliding_window=None) == (
+        None, "model forward (gemma2 has no lean decode)")
+    assert lean_decode.build(other, vision=True, sliding_window=None)[1] == "model forward (a vision-language model)"
+    llama = types.SimpleNamespace(config=types.SimpleNamespace(model_type="llama"))
+    assert lean_decode.build(llama, vision=False, sliding_window=4096)[1] == "model forward (sliding-window attention)"
