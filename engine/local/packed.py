@@ -1,7 +1,9 @@
 """Prepacked linear weights for the CPU engine in bf16 (issue 22): each decoder and output-projection
 weight is reordered into oneDNN's blocked layout once at load, not on every ``F.linear`` call; the
-same kernel runs, so the results are the same bits (checked at load per weight shape).
-``TOKENWIRE_PACKED_LINEAR=0`` turns it off. Why, what is packed and what it costs in memory:
+same kernel runs, so the results are the same bits (checked at load per weight shape). Sibling
+linears that read the same input (an attention's q/k/v, an MLP's gate/up) share one packed product
+of their concatenated weights (:class:`FusedProduct`), also checked bit for bit against the
+separate products. ``TOKENWIRE_PACKED_LINEAR=0`` turns it off. Why, what is packed and what it costs in memory:
 docs/engine.md, "Linear layers: prepacked weights in bf16".
 """
 
