@@ -76,10 +76,10 @@ class ModelRunner:
         self._check_architecture()
         self.packed_linears, self.linear_kernel = pack_linears(model, self.dtype, self.packed_wanted)
         log.info("linear layers: %s (%d packed)", self.linear_kernel, self.packed_linears)
-        if self.packed_linears:
-            _malloc_trim()  # the heap the dense weights' copies and the packing's scratch used
         self.lean, self.decode_forward = self._lean_decoder()
         log.info("decode forward: %s", self.decode_forward)
+        # the heap that the dense weights' copies, the packing's scratch and the check steps used
+        _malloc_trim()
 
     def _lean_decoder(self) -> tuple[lean_decode.LeanDecoder | None, str]:
         """The lean decode forward (engine/local/lean_decode.py) when it gives the model's own
