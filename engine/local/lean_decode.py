@@ -5,8 +5,9 @@ order transformers' decoder layer calls them, with the attention function the mo
 the same operators on the same tensors — but without what a full model call adds around them:
 ``nn.Module.__call__`` on ~400 modules, the mask builder, the decoder layers' keyword plumbing and
 the output records (about 1.5 ms of a 15 ms SmolLM2 decode step on one thread). The runner uses it
-for decode steps only, and only after :func:`check` has found its logits equal to the model's
-own, bit for bit, on a masked and an unmasked step; anything else runs the model. Why and what it
+for decode steps only, and only after it has found its logits equal to the model's own, bit for
+bit, on a masked and an unmasked step at load (``ModelRunner._lean_decoder``); anything else runs
+the model. Why and what it
 saves: docs/engine.md, "Lean decode forward".
 """
 

@@ -61,6 +61,18 @@ def test_it_is_refused_when_its_logits_differ(asset: Callable[[str], Path], monk
     assert runner.decode_forward == "model forward (the lean decode's logits differ from the model's)"
 
 
+def test_a_lean_decode_that_fails_leaves_the_model_forward(asset: Callable[[str], Path],
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    def broken(self: lean_decode.LeanDecoder, *args: Any) -> torch.Tensor:
+        raise RuntimeError("a module this model variant does not have")
+
+    monkeypatch.setattr(lean_decode.LeanDecoder, "__call__", broken)
+    runner = _runner(asset(TINY_MODELS[0]), torch.float32)
+    assert (runner.lean, runner.decode_forward) == (None, "model forward (RuntimeError in the lean decode's check)")
+    with torch.inference_mode():
+        assert runner.decode([_seq(4, 7)]).shape[0] == 1  # and the engine still decodes
+
+
 def test_it_can_be_turned_off_and_is_not_built_for_other_models(asset: Callable[[str], Path],
                                                                monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOKENWIRE_LEAN_DECODE", "0")
