@@ -6,7 +6,7 @@ Registered with transformers as the attention implementation ``tokenwire``: a de
 bf16 / fp16 takes :func:`decode_attention`; everything else — prefill, fp32 (the exact mode), a
 call with arguments this path does not handle (sinks, softcapping, a position bias, dropout) —
 runs transformers' own SDPA function unchanged. ``TOKENWIRE_DECODE_ATTENTION=sdpa`` keeps SDPA
-everywhere. What it costs and changes: docs/engine.md, "Decode attention".
+everywhere. What it costs and changes: docs/engine.md, "Decode attention in bf16".
 """
 
 from __future__ import annotations
