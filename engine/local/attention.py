@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward  # once, not per layer call
 
 log = logging.getLogger("tokenwire.engine")
 
@@ -57,12 +58,10 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
 def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                **kwargs: Any) -> tuple[torch.Tensor, None]:
-    from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
     if (query.shape[2] != 1 or query.dtype not in _REDUCED or dropout or module.training
             or query.shape[1] % key.shape[1] or any(kwargs.get(k) is not None for k in _UNHANDLED)):
-        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout,
-                                      scaling=scaling, **kwargs)
+        return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
+                                      **kwargs)
     mask = attention_mask
     if mask is not None:
         mask = mask[:, :, :, : key.shape[-2]]
