@@ -26,9 +26,6 @@ async function open() {
     const session = await connect({ apiKey });
     state.session = session;
     state.reconnectMs = 500;
-    setStatus("connected", "open");
-    $("model-name").textContent = session.model;
-    await fillModels(session.model, apiKey);
     session.onclose = () => {
       state.session = null;
       setStatus(`closed (${session.closeCode})`, "closed");
@@ -36,7 +33,12 @@ async function open() {
       setTimeout(open, state.reconnectMs);
       state.reconnectMs = Math.min(state.reconnectMs * 2, 10000);
     };
+    $("model-name").textContent = session.model;
+    // "connected" means Send works: the session is usable before the model list arrives, which
+    // fills in on its own (a slow /v1/models once left Send disabled under a "connected" pill).
     setBusy(false);
+    setStatus("connected", "open");
+    fillModels(session.model, apiKey);
   } catch (err) {
     setStatus("disconnected", "closed");
     setTimeout(open, state.reconnectMs);

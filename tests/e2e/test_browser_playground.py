@@ -59,6 +59,13 @@ async def open_page(browser: Browser, url: str, *, key: str | None) -> Page:
     return page
 
 
+async def wait_connected(page: Page) -> None:
+    """Wait for the "connected" pill; from that moment Send must work (a click on a still-disabled
+    Send is silently lost: the pill once turned before the model list had loaded and Send was enabled)."""
+    await page.wait_for("document.getElementById('conn').dataset.state === 'open'")
+    assert await page.evaluate("document.getElementById('send').disabled") is False
+
+
 def test_the_es_module_protocol_tests_pass_in_the_page(server: ServerProcess) -> None:
     async def main() -> list[dict[str, Any]]:
         async with Browser() as browser:
@@ -110,7 +117,7 @@ def test_the_playground_streams_text_and_stop_ends_the_generation(server: Server
         async with Browser() as browser:
             page = await open_page(browser, server.url, key=KEY)
             await page.goto(server.url + "/")
-            await page.wait_for("document.getElementById('conn').dataset.state === 'open'")
+            await wait_connected(page)
             assert await page.evaluate("document.getElementById('model-name').textContent") == "tiny-qwen3"
             # A short answer, without thinking: content streams into the assistant message.
             await page.evaluate("document.getElementById('thinking').checked = false")
@@ -161,7 +168,7 @@ def test_the_playground_shows_reasoning_content_and_a_streamed_tool_call(tool_se
         async with Browser() as browser:
             page = await open_page(browser, tool_server.url, key=None)
             await page.goto(tool_server.url + "/")
-            await page.wait_for("document.getElementById('conn').dataset.state === 'open'")
+            await wait_connected(page)
             await page.type_into("#tools", orjson.dumps(TOOLS, option=orjson.OPT_INDENT_2).decode())
             await page.type_into("#system", "You are a helpful assistant with a weather tool.")
             await page.type_into("#prompt", "What is the weather in Paris?")
