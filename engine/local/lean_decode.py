@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -60,18 +59,17 @@ class LeanDecoder:
         self.config = model.config
         self.embed = inner.embed_tokens.forward
         self.rotary = inner.rotary_emb.forward
-        self.norm = inner.norm.forward
+        self.norm = _rms_norm(inner.norm)
         self.lm_head = model.lm_head.forward
         layers = []
         for layer in inner.layers[: self.config.num_hidden_layers]:
             a, mlp = layer.self_attn, layer.mlp
             layers.append(_Layer(
-                a, layer.input_layernorm.forward, a.q_proj.forward, a.k_proj.forward, a.v_proj.forward,
-                a.q_norm.forward if hasattr(a, "q_norm") else None, a.k_norm.forward if hasattr(a, "k_norm") else None,
-                a.o_proj.forward, layer.post_attention_layernorm.forward, mlp.gate_proj.forward, mlp.up_proj.forward,
+                a, _rms_norm(layer.input_layernorm), a.q_proj.forward, a.k_proj.forward, a.v_proj.forward,
+                _rms_norm(a.q_norm) if hasattr(a, "q_norm") else None, _rms_norm(a.k_norm) if hasattr(a, "k_norm") else None,
+                a.o_proj.forward, _rms_norm(layer.post_attention_layernorm), mlp.gate_proj.forward, mlp.up_proj.forward,
                 mlp.down_proj.forward, mlp.act_fn, int(a.head_dim), float(a.scaling)))
         self.layers = layers
-        self.rope = sys.modules[type(inner.layers[0].self_attn).__module__].apply_rotary_pos_emb
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, plan: WritePlan,
                  kv: KVStore) -> torch.Tensor:
@@ -81,6 +79,7 @@ class LeanDecoder:
         rows = ids.shape[0]
         x = self.embed(ids)
         cos, sin = self.rotary(x, pos)
+        cos, sin = cos[:, :, None, :], _signed_sin(sin)  # [rows, 1, 1, head_dim], once per step
         for i, L in enumerate(self.layers):
             h = L.input_norm(x)
             q = L.q(h).view(rows, 1, -1, L.head_dim)
@@ -88,7 +87,7 @@ class LeanDecoder:
             v = L.v(h).view(rows, 1, -1, L.head_dim).transpose(1, 2)
             if L.q_norm is not None and L.k_norm is not None:
                 q, k = L.q_norm(q), L.k_norm(k)
-            q, k = self.rope(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+            q, k = _rope(q, cos, sin).transpose(1, 2), _rope(k, cos, sin).transpose(1, 2)
             keys, values = kv.write(i, k, v, plan)
             out, _ = attention(L.attn, q, keys, values, mask, dropout=0.0, scaling=L.scaling)
             x = x + L.o(out.reshape(rows, 1, -1).contiguous())
@@ -98,6 +97,39 @@ class LeanDecoder:
             del h
         logits: torch.Tensor = self.lm_head(self.norm(x)[:, -1:, :])[:, -1, :]
         return logits
+
+
+def _rms_norm(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``module``'s forward; for the RMSNorm of these families (``weight * (x32 * rsqrt(mean(x32²) +
+    eps)).to(dtype)``, x32 the input widened to fp32), the same computation with the normalisation
+    as one ``torch.rms_norm`` call, which runs the same operators (pow, mean, add, rsqrt, mul) in
+    C++ instead of five Python-level calls."""
+    eps, weight = getattr(module, "variance_epsilon", None), getattr(module, "weight", None)
+    if not type(module).__name__.endswith("RMSNorm") or not isinstance(eps, float) or not isinstance(
+            weight, torch.Tensor):
+        return module.forward
+    shape = (int(weight.shape[-1]),)
+
+    def norm(x: torch.Tensor) -> torch.Tensor:
+        return weight * torch.rms_norm(x.float(), shape, eps=eps).to(x.dtype)
+
+    return norm
+
+
+def _signed_sin(sin: torch.Tensor) -> torch.Tensor:
+    """``sin`` (``[rows, 1, head_dim]``) with its first half negated, as ``[rows, 1, 1, head_dim]``:
+    what :func:`_rope` multiplies the rolled input by."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)[:, :, None, :]
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """transformers' ``apply_rotary_pos_emb`` for one of q / k, bit for bit, in 4 operators instead
+    of 7: ``x * cos + rotate_half(x) * sin``, where ``rotate_half(x) = cat(-x2, x1)``. Rolling ``x``
+    by half gives ``cat(x2, x1)``, and ``(-a) * b == a * (-b)`` exactly in IEEE arithmetic (a sign
+    flip commutes with rounding), so multiplying the rolled ``x`` by the half-negated sine gives the
+    same bits as the model's product, and the sum is the same sum."""
+    return x * cos + torch.roll(x, x.shape[-1] // 2, dims=-1) * signed_sin
 
 
 def build(model: Any, *, vision: bool, sliding_window: int | None) -> tuple[LeanDecoder | None, str]:

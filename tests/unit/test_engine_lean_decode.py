@@ -85,3 +85,42 @@ def test_it_can_be_turned_off_and_is_not_built_for_other_models(asset: Callable[
     assert lean_decode.build(other, vision=True, sliding_window=None)[1] == "model forward (a vision-language model)"
     llama = types.SimpleNamespace(config=types.SimpleNamespace(model_type="llama"))
     assert lean_decode.build(llama, vision=False, sliding_window=4096)[1] == "model forward (sliding-window attention)"
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_its_rotary_step_is_the_modeling_files_bit_for_bit(family: str, dtype: torch.dtype) -> None:
+    import importlib
+
+    apply = importlib.import_module(f"transformers.models.{family}.modeling_{family}").apply_rotary_pos_emb
+    gen = torch.Generator().manual_seed(3)
+    for rows, heads, dim in ((1, 9, 64), (16, 3, 64), (5, 4, 128), (2, 2, 16)):
+        q = (torch.randn(rows, 1, heads, dim, generator=gen) * 4).to(dtype)
+        k = (torch.randn(rows, 1, 1, dim, generator=gen) * 4).to(dtype)
+        angles = torch.rand(rows, 1, dim // 2, generator=gen) * 1000
+        cos, sin = torch.cat((angles, angles), -1).cos().to(dtype), torch.cat((angles, angles), -1).sin().to(dtype)
+        want_q, want_k = apply(q.transpose(1, 2), k.transpose(1, 2), cos, sin)
+        signed = lean_decode._signed_sin(sin)
+        got_q = lean_decode._rope(q, cos[:, :, None, :], signed).transpose(1, 2)
+        got_k = lean_decode._rope(k, cos[:, :, None, :], signed).transpose(1, 2)
+        assert torch.equal(want_q, got_q) and torch.equal(want_k, got_k), (rows, heads, dim)
+
+
+@pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_its_rms_norm_is_the_modeling_files_bit_for_bit(family: str, dtype: torch.dtype) -> None:
+    import importlib
+
+    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+    norm = getattr(module, f"{'Qwen2' if family == 'qwen2' else family.capitalize()}RMSNorm")(96, eps=1e-6).to(dtype)
+    gen = torch.Generator().manual_seed(4)
+    with torch.no_grad():
+        norm.weight.copy_(torch.randn(96, generator=gen))
+    lean = lean_decode._rms_norm(norm)
+    assert lean is not norm.forward  # the rewrite applies to this family's norm
+    with torch.inference_mode():
+        for scale in (1e-3, 1.0, 37.0):
+            x = (torch.randn(7, 1, 96, generator=gen) * scale).to(dtype)
+            assert torch.equal(norm(x), lean(x)), scale
+    other = torch.nn.LayerNorm(96)
+    assert lean_decode._rms_norm(other) == other.forward  # anything else keeps its own forward
