@@ -1,14 +1,14 @@
 """A lean decode forward for Llama-family text decoders (Llama, Mistral, Qwen2, Qwen3, SmolLM), issue 22.
 
-It calls the model's own modules' ``forward`` and its modeling file's own rotary function, in the
-order transformers' decoder layer calls them, with the attention function the model is set to —
-the same operators on the same tensors — but without what a full model call adds around them:
-``nn.Module.__call__`` on ~400 modules, the mask builder, the decoder layers' keyword plumbing and
-the output records (about 1.5 ms of a 15 ms SmolLM2 decode step on one thread). The runner uses it
-for decode steps only, and only after it has found its logits equal to the model's own, bit for
-bit, on a masked and an unmasked step at load (``ModelRunner._lean_decoder``); anything else runs
-the model. Why and what it
-saves: docs/engine.md, "Lean decode forward".
+It calls the model's own modules' ``forward``, in the order transformers' decoder layer calls them,
+with the attention function the model is set to — the same operators on the same tensors — but
+without what a full model call adds around them: ``nn.Module.__call__`` on ~400 modules, the mask
+builder, the decoder layers' keyword plumbing and the output records (about 1.5 ms of a 15 ms
+SmolLM2 decode step on one thread). Two pieces are rewritten with fewer operators and the same
+bits: the rotary step (:func:`_rope`) and the RMSNorms (:func:`_rms_norm`). The runner uses it for
+decode steps only, and only after it has found its logits equal to the model's own, bit for bit,
+on a masked and an unmasked step at load (``ModelRunner._lean_decoder``); anything else runs the
+model. Why and what it saves: docs/engine.md, "Lean decode forward".
 """
 
 from __future__ import annotations

@@ -117,10 +117,10 @@ def test_its_rms_norm_is_the_modeling_files_bit_for_bit(family: str, dtype: torc
     with torch.no_grad():
         norm.weight.copy_(torch.randn(96, generator=gen))
     lean = lean_decode._rms_norm(norm)
-    assert lean is not norm.forward  # the rewrite applies to this family's norm
+    assert lean != norm.forward  # the rewrite applies to this family's norm
     with torch.inference_mode():
         for scale in (1e-3, 1.0, 37.0):
             x = (torch.randn(7, 1, 96, generator=gen) * scale).to(dtype)
             assert torch.equal(norm(x), lean(x)), scale
     other = torch.nn.LayerNorm(96)
-    assert lean_decode._rms_norm(other) == other.forward  # anything else keeps its own forward
+    assert lean_decode._rms_norm(other) == other.forward  # anything else keeps its own forward (a bound method: ==)
