@@ -5,6 +5,7 @@ decodes through it on the tiny models and SmolLM2, so those compare it with ``mo
 
 from __future__ import annotations
 
+import importlib
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -87,12 +88,15 @@ def test_it_can_be_turned_off_and_is_not_built_for_other_models(asset: Callable[
     assert lean_decode.build(llama, vision=False, sliding_window=4096)[1] == "model forward (sliding-window attention)"
 
 
+def _modeling(family: str) -> Any:
+    """transformers' modeling module of a family the lean decode supports."""
+    return importlib.import_module(f"transformers.models.{family}.modeling_{family}")
+
+
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_its_rotary_step_is_the_modeling_files_bit_for_bit(family: str, dtype: torch.dtype) -> None:
-    import importlib
-
-    apply = importlib.import_module(f"transformers.models.{family}.modeling_{family}").apply_rotary_pos_emb
+    apply = _modeling(family).apply_rotary_pos_emb
     gen = torch.Generator().manual_seed(3)
     for rows, heads, dim in ((1, 9, 64), (16, 3, 64), (5, 4, 128), (2, 2, 16)):
         q = (torch.randn(rows, 1, heads, dim, generator=gen) * 4).to(dtype)
@@ -109,10 +113,7 @@ def test_its_rotary_step_is_the_modeling_files_bit_for_bit(family: str, dtype: t
 @pytest.mark.parametrize("family", ["llama", "qwen2", "qwen3", "mistral"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_its_rms_norm_is_the_modeling_files_bit_for_bit(family: str, dtype: torch.dtype) -> None:
-    import importlib
-
-    module = importlib.import_module(f"transformers.models.{family}.modeling_{family}")
-    norm = getattr(module, f"{'Qwen2' if family == 'qwen2' else family.capitalize()}RMSNorm")(96, eps=1e-6).to(dtype)
+    norm = getattr(_modeling(family), f"{'Qwen2' if family == 'qwen2' else family.capitalize()}RMSNorm")(96, eps=1e-6).to(dtype)
     gen = torch.Generator().manual_seed(4)
     with torch.no_grad():
         norm.weight.copy_(torch.randn(96, generator=gen))
