@@ -330,6 +330,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         "linear_kernels": kernel_of,
         "attention_kernel": stats["attention_kernel"],
         "omp_wait_policy": stats["omp_wait_policy"],
+        "thread_plan": stats["thread_plan"],  # of the last thread count; engine/local/threads.py
         "cpus": os.cpu_count(),
         "machine": platform.machine(),
         "load_average": [round(x, 2) for x in loads],

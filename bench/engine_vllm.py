@@ -6,7 +6,8 @@ in each round; medians of the rounds.
 For each thread count ``N`` (``--threads``) both servers run at once, and only the side being
 measured gets requests: tokenwire with ``TOKENWIRE_NUM_THREADS=N``; vLLM with its OpenMP threads
 bound to cores ``0..N-1`` (``VLLM_CPU_OMP_THREADS_BIND``), compiled as it ships, or eager with
-``--vllm-eager`` (tokenwire runs eager). Per concurrency ``c``: ``c`` streams of ``--new-tokens``
+``--vllm-eager`` (tokenwire runs eager); ``--tokenwire-env NAME=VALUE`` sets more of tokenwire's
+environment (e.g. ``GOMP_SPINCOUNT``). Per concurrency ``c``: ``c`` streams of ``--new-tokens``
 tokens, greedy, eos ignored, after one warm-up of the same shape: aggregate tokens/s and the median
 time to first token. Prints one JSON document (also written to ``--out``).
 
@@ -51,7 +52,7 @@ async def _level(url: str, prompts: list[list[int]], new_tokens: int) -> dict[st
 
 
 def run(python: str, model: Path, threads: list[int], levels: list[int], new_tokens: int, rounds: int,
-        eager: bool) -> dict[str, Any]:
+        eager: bool, tokenwire_env: dict[str, str] | None = None) -> dict[str, Any]:
     dtype = engine_dtype()
     prompts = chat_prompts(model, max(levels))
     common = [str(model), "--tokens-only", "--served-model-name", "bench", "--dtype", dtype,
@@ -59,7 +60,9 @@ def run(python: str, model: Path, threads: list[int], levels: list[int], new_tok
     out: dict[str, Any] = {
         "benchmark": "engine_vllm", "model": model.name, "dtype": dtype, "new_tokens": new_tokens, "rounds": rounds,
         "vllm_version": vllm_version(python), "load_average_before": load_average(),
-        "settings": {"tokenwire": "eager (no compilation), TOKENWIRE_NUM_THREADS=N, threads not bound",
+        "settings": {"tokenwire": "eager (no compilation), TOKENWIRE_NUM_THREADS=N, threads not bound, "
+                                  "each forward at the thread count its plan chooses (TOKENWIRE_THREAD_PLAN)",
+                     "tokenwire_env": tokenwire_env or {},
                      "vllm": ("eager (--enforce-eager)" if eager else "compiled as shipped (torch.compile)")
                      + ", VLLM_CPU_OMP_THREADS_BIND=0..N-1"},
         "threads": {}}
@@ -69,7 +72,7 @@ def run(python: str, model: Path, threads: list[int], levels: list[int], new_tok
         with contextlib.ExitStack() as stack:
             urls = {
                 "tokenwire": stack.enter_context(server(tokenwire_cmd("serve", *common, "--log-level", "warning"),
-                                                        env={"TOKENWIRE_NUM_THREADS": str(n)})),
+                                                        env={**(tokenwire_env or {}), "TOKENWIRE_NUM_THREADS": str(n)})),
                 "vllm": stack.enter_context(server(vllm_cmd(python, "serve", *common,
                                                             *(["--enforce-eager"] if eager else [])), env=env)),
             }
@@ -82,18 +85,23 @@ def run(python: str, model: Path, threads: list[int], levels: list[int], new_tok
                         print(f"engine_vllm: {n} thread(s), round {r + 1}/{rounds}, {side}, {c} stream(s)",
                               file=sys.stderr, flush=True)
                         samples[side][c].append(asyncio.run(_level(urls[side], prompts[:c], new_tokens)))
+            plan = _kernels(urls["tokenwire"], ("thread_plan", "forwards_by_threads"))
         out["threads"][str(n)] = _summary(samples, levels)
+        out.setdefault("tokenwire_thread_plan", {})[str(n)] = plan
     out["load_average_after"] = load_average()
     return out
 
 
-def _kernels(url: str) -> dict[str, Any]:
-    """What tokenwire's engine runs (its ``/engine/stats``): the linear and attention kernels and the
-    OpenMP wait policy, so the output states the settings it measured."""
+_KERNEL_KEYS = ("linear_kernel", "attention_kernel", "omp_wait_policy", "dtype")
+
+
+def _kernels(url: str, keys: tuple[str, ...] = _KERNEL_KEYS) -> dict[str, Any]:
+    """What tokenwire's engine runs (its ``/engine/stats``): by default the linear and attention
+    kernels and the OpenMP wait policy, so the output states the settings it measured."""
     import httpx
 
     stats = httpx.get(f"{url}/engine/stats", timeout=30).json().get("stats") or {}
-    return {k: stats.get(k) for k in ("linear_kernel", "attention_kernel", "omp_wait_policy", "dtype")}
+    return {k: stats.get(k) for k in keys}
 
 
 def _summary(samples: dict[str, dict[int, list[dict[str, Any]]]], levels: list[int]) -> dict[str, Any]:
@@ -122,12 +130,18 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--vllm-eager", action="store_true", help="vLLM without compilation, as tokenwire runs")
+    p.add_argument("--tokenwire-env", nargs="*", default=[], metavar="NAME=VALUE",
+                   help="environment for tokenwire's server only (e.g. GOMP_SPINCOUNT=20000); stated in the output")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    bad = [kv for kv in a.tokenwire_env if "=" not in kv or kv.startswith("=")]
+    if bad:
+        p.error(f"--tokenwire-env takes NAME=VALUE, not {bad[0]!r}")
+    tokenwire_env = dict(kv.split("=", 1) for kv in a.tokenwire_env)
     from server.assets import ensure
 
     model = Path(a.model) if a.model else ensure("smollm2-135m-instruct")
-    emit(run(a.vllm_python, model, a.threads, a.concurrency, a.new_tokens, a.rounds, a.vllm_eager), a.out)
+    emit(run(a.vllm_python, model, a.threads, a.concurrency, a.new_tokens, a.rounds, a.vllm_eager, tokenwire_env), a.out)
     return 0
 
 

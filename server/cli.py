@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import NoReturn
 
 from engine.local.omp import prefer_passive_wait
+from engine.local.threads import PLAN_ENV, resolve_plan
 from server.assets import ensure_default_model
 from server.assets.cli import main as assets_main
 from server.gating import GatingError, decide
@@ -51,6 +52,8 @@ ENGINE_ENVIRONMENT = """
   TOKENWIRE_NUM_THREADS                 torch threads of the local engine (default: OMP_NUM_THREADS,
                                         else every CPU this process may run on but one, left to
                                         the event loop)
+  TOKENWIRE_THREAD_PLAN                 adaptive (default: each forward runs at the thread count that
+                                        measured fastest for its size) or fixed (always all of them)
   OMP_WAIT_POLICY                       what torch's OpenMP threads do at a barrier (default under serve:
                                         PASSIVE, they sleep; ACTIVE spins; docs/engine.md, Threads)"""
 
@@ -313,6 +316,8 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> s
     threads = environ.get(NUM_THREADS_ENV, "")
     if args.command == "serve" and threads and not (threads.isdigit() and int(threads) > 0):
         raise ValueError(f"{NUM_THREADS_ENV}={threads!r} is not a positive whole number of threads")
+    if args.command == "serve":
+        resolve_plan(environ.get(PLAN_ENV, ""))
     state_secrets(args, environ)
     return bind(args.host, args.port, send_buffer=args.socket_send_buffer)
 

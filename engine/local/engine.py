@@ -40,6 +40,7 @@ from engine.local.sampling import Sampled, SampleRow, sample
 from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
 from engine.local.scheduler import Sequence as Seq
 from engine.local.step import Delivery, final_output, run_step
+from engine.local.threads import ThreadPlan, resolve_plan
 from engine.local.vision import VisionSpec, read_features
 from engine.outbox import DEFAULT_CAPACITY, Outbox, OutboxStream
 from engine.protocol import GenerateRequest
@@ -57,12 +58,14 @@ class LocalEngine(Engine):
     def __init__(self, model_dir: Path, *, model_name: str, max_model_len: int, dtype: str = "auto",
                  max_num_seqs: int = 32, max_num_batched_tokens: int = 2048, max_waiting: int = 256,
                  num_threads: int | None = None, outbox_capacity: int = DEFAULT_CAPACITY,
-                 prefix_cache_mb: float | None = None, packed_linear: bool | None = None) -> None:
+                 prefix_cache_mb: float | None = None, packed_linear: bool | None = None,
+                 thread_plan: str | None = None) -> None:
         self.model_dir = Path(model_dir)
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.dtype, self.dtype_reason = resolve_dtype(dtype)
         self.num_threads = resolve_threads(num_threads)
+        self.thread_plan = resolve_plan(thread_plan)  # engine/local/threads.py
         self.max_waiting = max_waiting
         self.outbox_capacity = outbox_capacity
         self.limits: ModelLimits = read_limits(self.model_dir, max_model_len, max_n=max_num_seqs)
@@ -73,6 +76,7 @@ class LocalEngine(Engine):
         self.runner = ModelRunner(self.model_dir, dtype=self.dtype, max_rows=max_num_seqs,
                                   max_model_len=max_model_len, vision=self.vision, prefix=self.prefix,
                                   packed_linear=packed_linear)
+        self.runner.plan_threads(ThreadPlan(self.num_threads, self.thread_plan))
         self.grammars = Grammars(self.model_dir, self.limits.vocab_size)
         # shared with the engine thread (guarded by _cv)
         self._cv = threading.Condition()
@@ -121,9 +125,9 @@ class LocalEngine(Engine):
                                         name="tokenwire-engine", daemon=True)
         self._thread.start()
         await ready
-        log.info("local engine ready: %s, dtype %s (%s), %d threads (OpenMP wait: %s), max %d sequences",
+        log.info("local engine ready: %s, dtype %s (%s), %d threads (%s; OpenMP wait: %s), max %d sequences",
                  self.model_dir.name, str(self.dtype).removeprefix("torch."), self.dtype_reason,
-                 self.num_threads, wait_policy(), self.scheduler.max_num_seqs)
+                 self.num_threads, self.runner.threads.describe(), wait_policy(), self.scheduler.max_num_seqs)
 
     async def close(self) -> None:
         thread = self._thread
@@ -217,6 +221,7 @@ class LocalEngine(Engine):
             "dtype": str(self.dtype).removeprefix("torch."),
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
+            **self.runner.threads.stats(),  # engine/local/threads.py; read as they are
             "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
             "attention_kernel": self.runner.attention_kernel,  # engine/local/attention.py
             "decode_forward": self.runner.decode_forward,  # engine/local/lean_decode.py
@@ -232,11 +237,12 @@ class LocalEngine(Engine):
             **self.prefix.stats(),  # written by the engine thread; read as they are
         }
 
-    def set_threads(self, n: int) -> None:
-        """Change the engine thread's torch thread count from the next step on (benchmarks)."""
+    def set_threads(self, n: int, plan: str | None = None) -> None:
+        """Change the engine thread's torch thread count (and its plan: None keeps it) from the
+        next step on (benchmarks)."""
         if n < 1:
             raise ValueError("threads must be at least 1")
-        self._post("threads", n)
+        self._post("threads", (n, self.thread_plan if plan is None else resolve_plan(plan)))
 
     # --- loop side helpers -----------------------------------------------------------------
     def _check_serving(self) -> None:
@@ -298,8 +304,8 @@ class LocalEngine(Engine):
                 if kind == "add":
                     self._admit(payload, out)
                 elif kind == "threads":
-                    torch.set_num_threads(payload)
-                    self.num_threads = payload
+                    self.num_threads, self.thread_plan = payload
+                    self.runner.plan_threads(ThreadPlan(*payload))
                 else:
                     keys, notify = payload
                     for group in sched.abort(keys):

@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from engine.local.packed import pack_linears
 from engine.local.params import XGRAMMAR_MISSING, ModelLimits
 from engine.local.prefix import PrefixCache
 from engine.local.scheduler import KVOp, PrefillChunk, Sequence
+from engine.local.threads import ThreadPlan
 from engine.local.vision import VisionPrompt, VisionSpec
 
 log = logging.getLogger("tokenwire.engine")
@@ -49,6 +51,13 @@ class ModelRunner:
         self.attention_kernel = "not loaded"  # engine.local.attention
         self.lean: lean_decode.LeanDecoder | None = None  # decode steps without the model call
         self.decode_forward = "not loaded"
+        self.threads = ThreadPlan(1)  # each forward's torch thread count (engine/local/threads.py)
+        self._torch_threads = 0  # what torch was last set to here (0: not yet)
+
+    def plan_threads(self, plan: ThreadPlan) -> None:
+        """Run the forwards from here on at the thread counts ``plan`` chooses (engine thread)."""
+        self.threads = plan
+        self._torch_threads = 0
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -183,6 +192,10 @@ class ModelRunner:
     def prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
         """Run prompt chunks (rows must be consecutive); returns ``[len(chunks), vocab]``
         logits of each chunk's last token."""
+        kv_len = max(c.start + c.count for c in chunks)
+        return self._timed("prefill", sum(c.count for c in chunks), kv_len, self._prefill, chunks)
+
+    def _prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
         first = chunks[0].seq.row
         rows = [c.seq.row for c in chunks]
         if rows != list(range(first, first + len(chunks))):
@@ -229,6 +242,22 @@ class ModelRunner:
 
     def decode(self, seqs: list[Sequence]) -> torch.Tensor:
         """One token for each of ``seqs`` (rows ``0 .. len(seqs)-1``); returns ``[d, vocab]``."""
+        return self._timed("decode", len(seqs), max(s.computed for s in seqs) + 1, self._decode, seqs)
+
+    def _timed(self, kind: str, tokens: int, kv_len: int, forward: Any, arg: Any) -> torch.Tensor:
+        """One forward at the thread count :attr:`threads` chooses for its size, timed for it."""
+        n = self.threads.choose(kind, tokens, kv_len)
+        if n != self._torch_threads:
+            torch.set_num_threads(n)  # about 0.1 µs; the OpenMP pool stays
+            self._torch_threads = n
+        if not self.threads.timed:
+            return forward(arg)  # type: ignore[no-any-return]
+        start = time.perf_counter()
+        logits: torch.Tensor = forward(arg)
+        self.threads.record(time.perf_counter() - start)
+        return logits
+
+    def _decode(self, seqs: list[Sequence]) -> torch.Tensor:
         pos, mask, plan = self._decode_inputs([s.computed for s in seqs])
         ids = torch.tensor([[s.next_input] for s in seqs])
         rope = None

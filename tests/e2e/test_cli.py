@@ -70,7 +70,8 @@ def test_help_lists_the_environment_variables(command: list[str]) -> None:
     for name in ("TOKENWIRE_API_KEY", "TOKENWIRE_STATE_SECRET", "TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS",
                  "TOKENWIRE_CACHE_DIR"):
         assert name in text
-    assert ("TOKENWIRE_NUM_THREADS" in text) == (command == ["serve"])  # threads of the local engine
+    for name in ("TOKENWIRE_NUM_THREADS", "TOKENWIRE_THREAD_PLAN"):  # threads of the local engine
+        assert (name in text) == (command == ["serve"])
 
 
 BAD_FLAGS = [
@@ -126,10 +127,15 @@ def test_a_port_in_use_is_reported_before_the_default_model_is_built(busy_port: 
     assert done.stderr.startswith(f"tokenwire: error: cannot bind 127.0.0.1:{busy_port}: the port is in use")
 
 
-def test_a_bad_thread_count_in_the_environment_is_one_line_and_exit_2(tmp_path: Path) -> None:
-    done = run_cli(["serve", str(tmp_path / "nope")], env={"TOKENWIRE_NUM_THREADS": "two"}, preamble=NO_MODEL_LIBS)
+@pytest.mark.parametrize(("env", "error"), [
+    ({"TOKENWIRE_NUM_THREADS": "two"}, "TOKENWIRE_NUM_THREADS='two' is not a positive whole number of threads"),
+    ({"TOKENWIRE_THREAD_PLAN": "sometimes"}, "TOKENWIRE_THREAD_PLAN='sometimes' is not one of adaptive, fixed"),
+])
+def test_a_bad_thread_setting_in_the_environment_is_one_line_and_exit_2(tmp_path: Path, env: dict[str, str],
+                                                                        error: str) -> None:
+    done = run_cli(["serve", str(tmp_path / "nope")], env=env, preamble=NO_MODEL_LIBS)
     assert done.returncode == 2
-    assert done.stderr == "tokenwire: error: TOKENWIRE_NUM_THREADS='two' is not a positive whole number of threads\n"
+    assert done.stderr == f"tokenwire: error: {error}\n"
 
 
 STRONG = "cli-tests-state-secret-0123456789-abcdef"

@@ -1,0 +1,146 @@
+"""How many of the engine's torch threads each forward gets (torch-free: the runner applies it).
+
+With more than one thread, every parallel region of a forward (about 120 in a SmolLM2 decode
+step) wakes the sleeping OpenMP threads (``OMP_WAIT_POLICY=PASSIVE``, engine/local/omp.py) and
+meets them at a barrier. On the 2-vCPU VM of issue 22 a wake-up cost about 100 µs, so a second
+thread paid off only for prefills of about 128 tokens or more and for decode steps of about
+16 rows × 500 positions or more; a one-row decode step took 24.6 ms at 2 threads and 15.8 at 1
+(docs/benchmarks.md, Engine). Where the line lies depends on the machine, its load and the
+model, so it is not written down here: :class:`ThreadPlan` measures it while serving.
+
+Each forward falls into a bucket: prefill or decode, its tokens (rows for decode) and its KV
+length, each rounded down to a power of two. Every bucket tries each thread count ("arm") once,
+then runs the one with the lowest wall time (a moving average of the recent forwards). It tries
+the others again at its 4th forward after that (one sample can be an unlucky one) and then every 32nd, so a
+change of load is noticed. An arm that lost its try is tried less often (the interval doubles, up
+to ``MAX_BACKOFF`` times), and one that won resets the interval.
+The arms are 1, the configured count, and the powers of two between. On the VMs the tests ran
+on, a forward gave the same bits at every thread count (docs/engine.md, Threads).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+
+PLAN_ENV = "TOKENWIRE_THREAD_PLAN"
+PLANS = ("adaptive", "fixed")
+WARM_SAMPLES = 1  # tries of each arm before a bucket runs its best one
+FIRST_RETRY = 4  # the bucket's forward at which its losing arms are first tried again
+EXPLORE_EVERY = 32  # forwards of a bucket between two later tries of an arm that is not its best
+MAX_BACKOFF = 16  # an arm that keeps losing is tried every EXPLORE_EVERY * 16 forwards at most
+ALPHA = 0.3  # weight of the newest forward in the running arm's average
+
+
+def resolve_plan(value: str | None = None) -> str:
+    """``TOKENWIRE_THREAD_PLAN``: ``adaptive`` (the default) or ``fixed`` (every forward gets every thread)."""
+    raw = os.environ.get(PLAN_ENV, "") if value is None else value
+    plan = raw.strip().lower() or "adaptive"
+    if plan not in PLANS:
+        raise ValueError(f"{PLAN_ENV}={raw!r} is not one of {', '.join(PLANS)}")
+    return plan
+
+
+def arms_for(threads: int) -> tuple[int, ...]:
+    """1, the powers of two below ``threads``, and ``threads``."""
+    arms = {1, threads}
+    n = 2
+    while n < threads:
+        arms.add(n)
+        n *= 2
+    return tuple(sorted(arms))
+
+
+@dataclass
+class _Bucket:
+    arms: tuple[int, ...]
+    seconds: list[float | None] = field(init=False)  # running wall time per forward, per arm
+    samples: list[int] = field(init=False)
+    visits: int = 0
+    next_try: int = FIRST_RETRY  # the visit at which a losing arm is tried next
+    backoff: int = 1
+    rotation: int = 0  # which losing arm is tried next
+    trying: int | None = None  # the arm index under trial in the forward now running
+
+    def __post_init__(self) -> None:
+        self.seconds = [None] * len(self.arms)
+        self.samples = [0] * len(self.arms)
+
+    def best(self) -> int:
+        return min(range(len(self.arms)), key=lambda i: self.seconds[i] or 0.0)
+
+    def choose(self) -> int:
+        self.trying = None
+        cold = [i for i, n in enumerate(self.samples) if n < WARM_SAMPLES]
+        if cold:  # learning: the arm with the fewest samples (round-robin between them)
+            return min(cold, key=lambda i: self.samples[i])
+        self.visits += 1
+        best = self.best()
+        if self.visits < self.next_try:
+            return best
+        others = [i for i in range(len(self.arms)) if i != best]
+        self.trying = others[self.rotation % len(others)]
+        self.rotation += 1
+        self.next_try = self.visits + EXPLORE_EVERY * self.backoff
+        return self.trying
+
+    def record(self, arm: int, seconds: float) -> None:
+        before = self.seconds[arm]
+        if self.trying == arm or before is None:  # a try stands for the present on its own
+            self.seconds[arm] = seconds
+        else:
+            self.seconds[arm] = before + ALPHA * (seconds - before)
+        self.samples[arm] += 1
+        if self.trying == arm:
+            won = self.best() == arm
+            self.backoff = 1 if won else min(self.backoff * 2, MAX_BACKOFF)
+            self.trying = None
+
+
+class ThreadPlan:
+    """Chooses each forward's thread count and learns from its wall time.
+
+    ``choose(kind, tokens, kv_len)`` before the forward, ``record(seconds)`` after it; with one
+    thread, or ``fixed``, ``choose`` always returns the configured count and nothing is timed
+    (:attr:`timed` is False)."""
+
+    def __init__(self, threads: int, plan: str = "adaptive") -> None:
+        self.threads = threads
+        self.plan = plan
+        self.arms = arms_for(threads) if plan == "adaptive" else (threads,)
+        self.timed = len(self.arms) > 1
+        self._buckets: dict[tuple[str, int, int], _Bucket] = {}
+        self._pending: tuple[_Bucket, int] | None = None
+        self.forwards = dict.fromkeys(self.arms, 0)  # forwards run at each thread count
+
+    def choose(self, kind: str, tokens: int, kv_len: int) -> int:
+        if not self.timed:
+            self.forwards[self.threads] += 1
+            return self.threads
+        key = (kind, tokens.bit_length(), kv_len.bit_length())
+        bucket = self._buckets.get(key)
+        if bucket is None:
+            bucket = self._buckets[key] = _Bucket(self.arms)
+        arm = bucket.choose()
+        self._pending = (bucket, arm)
+        n = self.arms[arm]
+        self.forwards[n] += 1
+        return n
+
+    def record(self, seconds: float) -> None:
+        if self._pending is None:
+            return
+        bucket, arm = self._pending
+        self._pending = None
+        bucket.record(arm, seconds)
+
+    def describe(self) -> str:
+        if self.timed:
+            return f"adaptive: each forward runs at {'/'.join(map(str, self.arms))} threads, as measured"
+        if self.threads == 1:
+            return "1 thread"
+        return f"fixed: every forward at {self.threads} threads"
+
+    def stats(self) -> dict[str, object]:
+        return {"thread_plan": self.describe(),
+                "forwards_by_threads": {str(n): c for n, c in self.forwards.items()}}
