@@ -11,11 +11,15 @@ model, so it is not written down here: :class:`ThreadPlan` measures it while ser
 Each forward falls into a bucket: prefill or decode, its tokens (rows for decode) and its KV
 length, each rounded down to a power of two. Every bucket tries each thread count ("arm") once,
 then runs the one with the lowest wall time (a moving average of the recent forwards). It tries
-the others again at its 4th forward after that (one sample can be an unlucky one) and then every 32nd, so a
-change of load is noticed. An arm that lost its try is tried less often (the interval doubles, up
-to ``MAX_BACKOFF`` times), and one that won resets the interval.
-The arms are 1, the configured count, and the powers of two between. On the VMs the tests ran
-on, a forward gave the same bits at every thread count (docs/engine.md, Threads).
+the others again at its 4th forward after that (one sample can be an unlucky one) and then every
+32nd, so a change of load is noticed. An arm that lost its try is tried less often (the interval
+doubles, up to ``MAX_BACKOFF`` times), and one that won resets the interval. The arms are 1, the
+configured count, and the powers of two between. On the VMs the tests ran on, a forward gave the
+same bits at every thread count (docs/engine.md, Threads).
+
+The plan assumes that a forward's time depends on its own thread count, which holds for passive
+threads; under a spinning policy threads left spinning by one forward can slow the next
+(docs/engine.md, Threads).
 """
 
 from __future__ import annotations
