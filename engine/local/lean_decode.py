@@ -21,6 +21,7 @@ from typing import Any, NamedTuple
 import torch
 
 from engine.local.kv import KVStore, WritePlan
+from engine.local.packed import FusedPart
 
 log = logging.getLogger("tokenwire.engine")
 
@@ -48,6 +49,8 @@ class _Layer(NamedTuple):
     act: Callable[..., torch.Tensor]
     head_dim: int
     scaling: float
+    qkv: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None  # see _joint_qkv
+    q_heads: int
 
 
 class LeanDecoder:
@@ -68,7 +71,8 @@ class LeanDecoder:
                 a, _rms_norm(layer.input_layernorm), a.q_proj.forward, a.k_proj.forward, a.v_proj.forward,
                 _rms_norm(a.q_norm) if hasattr(a, "q_norm") else None, _rms_norm(a.k_norm) if hasattr(a, "k_norm") else None,
                 a.o_proj.forward, _rms_norm(layer.post_attention_layernorm), mlp.gate_proj.forward, mlp.up_proj.forward,
-                mlp.down_proj.forward, mlp.act_fn, int(a.head_dim), float(a.scaling)))
+                mlp.down_proj.forward, mlp.act_fn, int(a.head_dim), float(a.scaling), _joint_qkv(a),
+                int(self.config.num_attention_heads)))
         self.layers = layers
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, plan: WritePlan,
@@ -82,12 +86,19 @@ class LeanDecoder:
         cos, sin = cos[:, :, None, :], _signed_sin(sin)  # [rows, 1, 1, head_dim], once per step
         for i, L in enumerate(self.layers):
             h = L.input_norm(x)
-            q = L.q(h).view(rows, 1, -1, L.head_dim)
-            k = L.k(h).view(rows, 1, -1, L.head_dim)
-            v = L.v(h).view(rows, 1, -1, L.head_dim).transpose(1, 2)
-            if L.q_norm is not None and L.k_norm is not None:
-                q, k = L.q_norm(q), L.k_norm(k)
-            q, k = _rope(q, cos, sin).transpose(1, 2), _rope(k, cos, sin).transpose(1, 2)
+            if L.qkv is not None:  # q and k side by side in one product: one rotary step for both
+                qk, v = L.qkv(h)
+                qk = _rope(qk.view(rows, 1, -1, L.head_dim), cos, sin).transpose(1, 2)
+                q, k = qk[:, :L.q_heads], qk[:, L.q_heads:]
+                v = v.view(rows, 1, -1, L.head_dim).transpose(1, 2)
+                del qk
+            else:
+                q = L.q(h).view(rows, 1, -1, L.head_dim)
+                k = L.k(h).view(rows, 1, -1, L.head_dim)
+                v = L.v(h).view(rows, 1, -1, L.head_dim).transpose(1, 2)
+                if L.q_norm is not None and L.k_norm is not None:
+                    q, k = L.q_norm(q), L.k_norm(k)
+                q, k = _rope(q, cos, sin).transpose(1, 2), _rope(k, cos, sin).transpose(1, 2)
             keys, values = kv.write(i, k, v, plan)
             out, _ = attention(L.attn, q, keys, values, mask, dropout=0.0, scaling=L.scaling)
             x = x + L.o(out.reshape(rows, 1, -1).contiguous())
@@ -114,6 +125,27 @@ def _rms_norm(module: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
         return weight * torch.rms_norm(x.float(), shape, eps=eps).to(x.dtype)
 
     return norm
+
+
+def _joint_qkv(attn: torch.nn.Module) -> Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]] | None:
+    """Where q, k and v are one fused product in that order (engine/local/packed.py) and q and k
+    have no norms of their own: a function ``h -> (qk, v)``, q's and k's outputs as one view, so
+    that the rotary step, which acts on each head alike, runs once on both (4 operators, not 8);
+    else None. The product is the one the fused parts compute, so the bits are the same."""
+    parts = [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj")]
+    if hasattr(attn, "q_norm") or hasattr(attn, "k_norm") or not all(isinstance(p, FusedPart) for p in parts):
+        return None
+    fused = [p for p in parts if isinstance(p, FusedPart)]
+    product = fused[0].product
+    if any(p.product is not product for p in fused) or [p.index for p in fused] != [0, 1, 2]:
+        return None
+    width = product.sizes[0] + product.sizes[1]
+
+    def qkv(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out = product.whole(h)
+        return out[..., :width], out[..., width:]
+
+    return qkv
 
 
 def _signed_sin(sin: torch.Tensor) -> torch.Tensor:

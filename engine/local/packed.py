@@ -50,13 +50,19 @@ class FusedProduct:
         self._parts: tuple[torch.Tensor, ...] = ()
         self._left = 0
 
+    def whole(self, x: torch.Tensor) -> torch.Tensor:
+        """Every sibling's output side by side, ``[..., sum(sizes)]`` (engine/local/lean_decode.py
+        takes q's and k's together from it)."""
+        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return out
+
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
         # The same tensor object, held here until every sibling took its part, so its id cannot be
         # reused; any other input (even equal values) is computed afresh, so a model that calls
         # its projections in another order or on other inputs still gets the right products.
         if x is not self._input:
-            out = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-            self._input, self._parts, self._left = x, out.split(self.sizes, dim=-1), len(self.sizes)
+            out = self.whole(x)
+            self._input, self._parts, self._left = x, tuple(torch.split(out, self.sizes, dim=-1)), len(self.sizes)
         part = self._parts[index]
         self._left -= 1
         if self._left <= 0:  # let go of the step's tensors

@@ -1,25 +1,14 @@
 """How many of the engine's torch threads each forward gets (torch-free: the runner applies it).
 
-With more than one thread, every parallel region of a forward (about 120 in a SmolLM2 decode
-step) wakes the sleeping OpenMP threads (``OMP_WAIT_POLICY=PASSIVE``, engine/local/omp.py) and
-meets them at a barrier. On the 2-vCPU VM of issue 22 a wake-up cost about 100 µs, so a second
-thread paid off only for prefills of about 128 tokens or more and for decode steps of about
-16 rows × 500 positions or more; a one-row decode step took 24.6 ms at 2 threads and 15.8 at 1
-(docs/benchmarks.md, Engine). Where the line lies depends on the machine, its load and the
-model, so it is not written down here: :class:`ThreadPlan` measures it while serving.
-
-Each forward falls into a bucket: prefill or decode, its tokens (rows for decode) and its KV
-length, each rounded down to a power of two. Every bucket tries each thread count ("arm") once,
-then runs the one with the lowest wall time (a moving average of the recent forwards). It tries
-the others again at its 4th forward after that (one sample can be an unlucky one) and then every
-32nd, so a change of load is noticed. An arm that lost its try is tried less often (the interval
-doubles, up to ``MAX_BACKOFF`` times), and one that won resets the interval. The arms are 1, the
-configured count, and the powers of two between. On the VMs the tests ran on, a forward gave the
-same bits at every thread count (docs/engine.md, Threads).
-
-The plan assumes that a forward's time depends on its own thread count, which holds for passive
-threads; under a spinning policy threads left spinning by one forward can slow the next
-(docs/engine.md, Threads).
+With passive OpenMP threads (engine/local/omp.py) every parallel region of a forward pays a
+wake-up, so a small step runs faster on fewer threads; where the line lies depends on the
+machine, its load and the model, so :class:`ThreadPlan` measures it while serving. Each forward
+falls into a bucket (prefill or decode, tokens or rows, KV length, each to a power of two); a
+bucket tries each thread count once (1, the configured count, the powers of two between), runs
+the fastest by wall time, and re-checks the others at its 4th forward and then every 32nd,
+less often while they keep losing. It assumes a forward's time depends on its own thread count,
+which holds for passive threads. Why, what it measured and what it costs: docs/engine.md,
+"Each forward's thread count".
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import pytest
 import torch
 
 from engine.local import lean_decode
+from engine.local.packed import FusedPart
 from engine.local.runner import ModelRunner
 from tests.conftest import DEFAULT_MODEL, TINY_MODELS
 
@@ -38,6 +39,12 @@ def test_decode_steps_are_the_models_bits(name: str, dtype: torch.dtype, asset: 
     assert runner.decode_forward == "lean (same bits as the model's forward)"
     lean = runner.lean
     assert lean is not None
+    # q and k share one rotary step where q/k/v are one fused product and have no norms of their own
+    attn = runner.model.model.layers[0].self_attn
+    joint = isinstance(attn.q_proj, FusedPart) and not hasattr(attn, "q_norm")
+    assert {layer.qkv is not None for layer in lean.layers} == {joint}
+    if name == DEFAULT_MODEL:
+        assert joint == (dtype == torch.bfloat16)  # SmolLM2 in bf16: the path the engine serves with
     gen = torch.Generator().manual_seed(1)
     with torch.inference_mode():
         for step in range(6):  # rows of different lengths (masked), then all at one position (no mask)
