@@ -28,7 +28,11 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(600)]
 SESSIONS = 32
 PER_SESSION = 8
 PROMPTS = 8
-MAX_TOKENS = 16
+# Long enough that the killed front end still has streams in flight when the client, which reads
+# 256 streams in one process and lags the servers, has seen half of them begin. With 16 tokens one
+# whole-suite run on a 2-core machine saw none resumed; most likely the engines had finished the
+# killed front end's streams by then (that run printed no figures, so this was not confirmed).
+MAX_TOKENS = 48
 
 
 def body(i: int) -> dict[str, Any]:
@@ -94,7 +98,7 @@ def test_256_streams_over_both_front_ends_survive_one_killed_in_the_middle(
         assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens == tokens == MAX_TOKENS
         assert len({c.id for c in chunks}) == 1
     resumed = sum(1 for r in out["resumes"] if r)
-    assert resumed >= 1  # the killed front end's streams moved
+    assert resumed >= 1, {k: out[k] for k in ("spread", "killed_at", "done_before", "elapsed")}  # fe1's streams moved
     with capsys.disabled():
         print(f"\ndeploy load: {SESSIONS * PER_SESSION} streams over {out['spread']}, fe1 killed at "
               f"{out['killed_at']:.1f} s ({out['done_before']} done), {resumed} resumed, all complete in "
