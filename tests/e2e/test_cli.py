@@ -131,7 +131,7 @@ def test_a_port_in_use_is_reported_before_the_default_model_is_built(busy_port: 
     ({"TOKENWIRE_NUM_THREADS": "two"}, "TOKENWIRE_NUM_THREADS='two' is not a positive whole number of threads"),
     ({"TOKENWIRE_THREAD_PLAN": "sometimes"}, "TOKENWIRE_THREAD_PLAN='sometimes' is not one of adaptive, fixed"),
 ])
-def test_a_bad_thread_setting_in_the_environment_is_one_line_and_exit_2(tmp_path: Path, env: dict[str, str],
+def test_a_bad_thread_setting_in_the_environment_is_one_line_and_exit_2(tmp_path: Path, env: dict[str, str | None],
                                                                         error: str) -> None:
     done = run_cli(["serve", str(tmp_path / "nope")], env=env, preamble=NO_MODEL_LIBS)
     assert done.returncode == 2
