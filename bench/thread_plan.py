@@ -54,9 +54,9 @@ def random_weights(config_dir: Path, dst: Path) -> Path:
         auto: Any = AutoModelForCausalLM
         model = auto.from_config(AutoConfig.from_pretrained(str(config_dir)), dtype=torch.bfloat16)
         model.save_pretrained(str(dst))
-        for name in ("generation_config.json",):
-            if (config_dir / name).exists():
-                (dst / name).write_text((config_dir / name).read_text())
+        generation = config_dir / "generation_config.json"
+        if generation.exists():
+            (dst / generation.name).write_text(generation.read_text())
     return dst
 
 

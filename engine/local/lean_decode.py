@@ -132,13 +132,12 @@ def _joint_qkv(attn: torch.nn.Module) -> Callable[[torch.Tensor], tuple[torch.Te
     have no norms of their own: a function ``h -> (qk, v)``, q's and k's outputs as one view, so
     that the rotary step, which acts on each head alike, runs once on both (4 operators, not 8);
     else None. The product is the one the fused parts compute, so the bits are the same."""
-    parts = [getattr(attn, name, None) for name in ("q_proj", "k_proj", "v_proj")]
-    if hasattr(attn, "q_norm") or hasattr(attn, "k_norm") or not all(isinstance(p, FusedPart) for p in parts):
+    if hasattr(attn, "q_norm") or hasattr(attn, "k_norm"):
         return None
-    fused = [p for p in parts if isinstance(p, FusedPart)]
+    fused = [p for p in (getattr(attn, n, None) for n in ("q_proj", "k_proj", "v_proj")) if isinstance(p, FusedPart)]
+    if len(fused) != 3 or any(p.product is not fused[0].product for p in fused) or [p.index for p in fused] != [0, 1, 2]:
+        return None
     product = fused[0].product
-    if any(p.product is not product for p in fused) or [p.index for p in fused] != [0, 1, 2]:
-        return None
     width = product.sizes[0] + product.sizes[1]
 
     def qkv(h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

@@ -11,6 +11,7 @@ import ctypes
 import json
 import logging
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -244,16 +245,17 @@ class ModelRunner:
         """One token for each of ``seqs`` (rows ``0 .. len(seqs)-1``); returns ``[d, vocab]``."""
         return self._timed("decode", len(seqs), max(s.computed for s in seqs) + 1, self._decode, seqs)
 
-    def _timed(self, kind: str, tokens: int, kv_len: int, forward: Any, arg: Any) -> torch.Tensor:
+    def _timed(self, kind: str, tokens: int, kv_len: int, forward: Callable[[Any], torch.Tensor],
+               arg: Any) -> torch.Tensor:
         """One forward at the thread count :attr:`threads` chooses for its size, timed for it."""
         n = self.threads.choose(kind, tokens, kv_len)
         if n != self._torch_threads:
             torch.set_num_threads(n)  # about 0.1 µs; the OpenMP pool stays
             self._torch_threads = n
         if not self.threads.timed:
-            return forward(arg)  # type: ignore[no-any-return]
+            return forward(arg)
         start = time.perf_counter()
-        logits: torch.Tensor = forward(arg)
+        logits = forward(arg)
         self.threads.record(time.perf_counter() - start)
         return logits
 
