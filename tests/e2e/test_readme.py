@@ -9,6 +9,7 @@ each shell command is run where it can be: listed in ``SHELL`` with the file tha
 
 from __future__ import annotations
 
+import ast
 import re
 import subprocess
 import sys
@@ -74,9 +75,19 @@ def _capital(out: list[str]) -> None:
 def _sdk_async(out: list[str]) -> None:
     # The haiku streams first and may hold newlines; then the four completions as a list; then the
     # message's text (which may hold newlines too).
-    lists = [line for line in out if line.startswith("['") and line.endswith("']")]
-    assert len(lists) == 1 and lists[0].count("', '") == 3, out
+    # Python's repr picks either quote per item (a completion holding ' is shown in "), so the
+    # line is parsed, not pattern-matched.
+    lists = [line for line in out if _is_list_of_strings(line, 4)]
+    assert len(lists) == 1, out
     assert out.index(lists[0]) < len(out) - 1  # the message's text follows
+
+
+def _is_list_of_strings(line: str, n: int) -> bool:
+    try:
+        value = ast.literal_eval(line)
+    except (ValueError, SyntaxError):
+        return False
+    return isinstance(value, list) and len(value) == n and all(isinstance(v, str) for v in value)
 
 
 def _sdk_sync(out: list[str]) -> None:
