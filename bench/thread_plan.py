@@ -3,7 +3,8 @@ process, each with its own thread count and plan (``--engines 2:adaptive 2:fixed
 turns (the order reverses every round). Per concurrency ``c`` (``--concurrency``): ``c`` streams
 of ``--new-tokens`` tokens, greedy, eos ignored, after one warm-up of the same shape; aggregate
 tokens/s and the median time to first token, medians of the rounds, and how many forwards each
-engine ran at each thread count.
+engine ran at each thread count. ``2:adaptive:forward`` runs each forward's output projection at
+that forward's count, as before the projection had a plan of its own (the A/B of that change).
 
 The OpenMP wait policy is the process's (passive unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``
 is set, as under ``tokenwire serve``); libgomp reads it once, so compare policies across runs.
@@ -30,16 +31,23 @@ from typing import Any
 from bench.loopback import emit
 from engine.local.omp import prefer_passive_wait
 
+LOGITS = ("own", "forward")  # the output projection's thread count: its own plan's, or its forward's
 
-def parse_engine(text: str) -> tuple[int, str]:
-    """``N:plan`` (``plan``: adaptive or fixed) → (N, plan)."""
+
+def parse_engine(text: str) -> tuple[int, str, str]:
+    """``N:plan[:logits]`` (``plan``: adaptive or fixed; ``logits``: ``own``, the default, or
+    ``forward``, the output projection at its forward's count as before it had a plan of its own)
+    → (N, plan, logits)."""
     from engine.local.threads import resolve_plan
 
-    n, _, plan = text.partition(":")
+    n, _, rest = text.partition(":")
+    plan, _, logits = rest.partition(":")
     if not n.isdigit() or int(n) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: use THREADS:PLAN, e.g. 2:adaptive")
+        raise argparse.ArgumentTypeError(f"{text!r}: use THREADS:PLAN[:LOGITS], e.g. 2:adaptive")
+    if (logits or "own") not in LOGITS:
+        raise argparse.ArgumentTypeError(f"{text!r}: LOGITS is one of {', '.join(LOGITS)}")
     try:
-        return int(n), resolve_plan(plan)
+        return int(n), resolve_plan(plan), logits or "own"
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
@@ -72,14 +80,17 @@ def summary(samples: dict[str, dict[int, list[tuple[float, float]]]]) -> dict[st
 async def main_async(args: argparse.Namespace, model: Path, prompts: list[list[int]]) -> dict[str, Any]:
     from bench.engine_bench import run_engine
     from engine.local.engine import LocalEngine
+    from engine.local.threads import ThreadPlan
 
     engines: dict[str, Any] = {}
-    for n, plan in args.engines:
+    for n, plan, logits in args.engines:
         e = LocalEngine(model, model_name=model.name, max_model_len=2048, max_num_seqs=max(args.concurrency),
                         num_threads=n, thread_plan=plan)
         await e.start()
+        if logits == "forward":  # an untimed one-thread plan leaves torch at the forward's count
+            e.runner.logits_threads = ThreadPlan(1)
         await run_engine(e, prompts[:4], 8)
-        engines[f"{n}:{plan}"] = e
+        engines[f"{n}:{plan}" + (":forward" if logits == "forward" else "")] = e
     samples: dict[str, dict[int, list[tuple[float, float]]]] = {k: {c: [] for c in args.concurrency} for k in engines}
     loads = [os.getloadavg()[0]]
     try:
@@ -93,8 +104,8 @@ async def main_async(args: argparse.Namespace, model: Path, prompts: list[list[i
                     print(f"thread_plan: round {r + 1}/{args.rounds}, {name}, {c} stream(s): {wall:.1f} tok/s",
                           file=sys.stderr, flush=True)
             loads.append(os.getloadavg()[0])
-        stats = {k: {s: e.stats()[s] for s in ("thread_plan", "forwards_by_threads", "omp_wait_policy", "dtype",
-                                               "linear_kernel", "decode_forward")}
+        stats = {k: {s: e.stats()[s] for s in ("thread_plan", "forwards_by_threads", "logits_by_threads",
+                                               "omp_wait_policy", "dtype", "linear_kernel", "decode_forward")}
                  for k, e in engines.items()}
     finally:
         for e in engines.values():
@@ -108,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     prefer_passive_wait()  # before torch loads, as tokenwire serve does (engine/local/omp.py)
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="model directory (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--engines", type=parse_engine, nargs="+", default=[(2, "adaptive"), (2, "fixed"), (1, "fixed")],
-                   metavar="THREADS:PLAN")
+    p.add_argument("--engines", type=parse_engine, nargs="+",
+                   default=[(2, "adaptive", "own"), (2, "fixed", "own"), (1, "fixed", "own")],
+                   metavar="THREADS:PLAN[:LOGITS]")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)

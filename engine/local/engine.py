@@ -221,7 +221,7 @@ class LocalEngine(Engine):
             "dtype": str(self.dtype).removeprefix("torch."),
             "dtype_reason": self.dtype_reason,
             "threads": self.num_threads,
-            **self.runner.threads.stats(),  # engine/local/threads.py; read as they are
+            **self.runner.thread_stats(),  # engine/local/threads.py; read as they are
             "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
             "attention_kernel": self.runner.attention_kernel,  # engine/local/attention.py
             "decode_forward": self.runner.decode_forward,  # engine/local/lean_decode.py

@@ -53,12 +53,20 @@ class ModelRunner:
         self.lean: lean_decode.LeanDecoder | None = None  # decode steps without the model call
         self.decode_forward = "not loaded"
         self.threads = ThreadPlan(1)  # each forward's torch thread count (engine/local/threads.py)
+        self.logits_threads = ThreadPlan(1)  # the output projection's, inside each forward
         self._torch_threads = 0  # what torch was last set to here (0: not yet)
 
     def plan_threads(self, plan: ThreadPlan) -> None:
-        """Run the forwards from here on at the thread counts ``plan`` chooses (engine thread)."""
+        """Run the forwards from here on at the thread counts ``plan`` chooses (engine thread), and
+        each forward's output projection at the count a plan of its own chooses."""
         self.threads = plan
+        self.logits_threads = ThreadPlan(plan.threads, plan.plan)
         self._torch_threads = 0
+
+    def thread_stats(self) -> dict[str, object]:
+        """``/engine/stats``' thread plan: the forwards' counts and the output projections'."""
+        logits = {str(n): c for n, c in self.logits_threads.forwards.items()}
+        return {**self.threads.stats(), "logits_by_threads": logits}
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -86,10 +94,42 @@ class ModelRunner:
         self._check_architecture()
         self.packed_linears, self.linear_kernel = pack_linears(model, self.dtype, self.packed_wanted)
         log.info("linear layers: %s (%d packed)", self.linear_kernel, self.packed_linears)
+        self._plan_projection()  # before the lean decoder, which calls the projection it finds
         self.lean, self.decode_forward = self._lean_decoder()
         log.info("decode forward: %s", self.decode_forward)
         # the heap that the dense weights' copies, the packing's scratch and the check steps used
         _malloc_trim()
+
+    def _plan_projection(self) -> None:
+        """Put the output projection behind :class:`_PlannedProjection`. It is one large product
+        (SmolLM2's 49,152 × 576 weights are a fifth of the model), the one place in a forward
+        where a second passive thread's wake-up costs far less than it saves: docs/engine.md,
+        "Each forward's thread count"."""
+        head = self.model.get_output_embeddings()
+        if head is None:
+            return
+        found = [(parent, name) for parent in self.model.modules() for name, child in parent.named_children()
+                 if child is head]
+        for parent, name in found:
+            setattr(parent, name, _PlannedProjection(head, self))
+
+    def _project(self, head: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """``head(x)`` at the thread count :attr:`logits_threads` chooses for its rows, timed for
+        it; torch goes back to the forward's count afterwards."""
+        plan = self.logits_threads
+        if not plan.timed:
+            out: torch.Tensor = head(x)
+            return out
+        n = plan.choose("logits", x.numel() // x.shape[-1], 0)
+        outer = torch.get_num_threads()
+        if n != outer:
+            torch.set_num_threads(n)
+        start = time.perf_counter()
+        out = head(x)
+        plan.record(time.perf_counter() - start)
+        if n != outer:
+            torch.set_num_threads(outer)
+        return out
 
     def _lean_decoder(self) -> tuple[lean_decode.LeanDecoder | None, str]:
         """The lean decode forward (engine/local/lean_decode.py) when it gives the model's own
@@ -310,6 +350,18 @@ class ModelRunner:
         t = torch.arange(kv_len)
         window = t[None, None, :] > (pos[:, :, None] - self.sliding_window)
         return {"full_attention": mask, "sliding_attention": mask & window[:, None]}
+
+
+class _PlannedProjection(torch.nn.Module):
+    """A model's output projection, run through :meth:`ModelRunner._project`."""
+
+    def __init__(self, head: torch.nn.Module, runner: ModelRunner) -> None:
+        super().__init__()
+        self.head = head
+        self.runner = runner
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.runner._project(self.head, x)
 
 
 TRIM_AFTER_BYTES = 16 << 20

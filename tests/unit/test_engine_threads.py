@@ -139,7 +139,24 @@ def test_the_engine_runs_each_forward_at_its_planned_count_with_one_threads_toke
             seen.append((runner.threads.arms[runner.threads._pending[1]], torch.get_num_threads()))
             return decode(seqs)
 
+        # The output projection has a plan of its own, applied inside the forward's count.
+        projected: list[tuple[int, int, int]] = []
+        project = runner._project
+
+        def probe_projection(head: Any, x: Any) -> Any:
+            outer = torch.get_num_threads()
+
+            def seen_head(y: Any) -> Any:
+                plan = runner.logits_threads
+                projected.append((plan.arms[plan._pending[1]], torch.get_num_threads(), outer))
+                return head(y)
+
+            out = project(seen_head, x)
+            assert torch.get_num_threads() == outer  # the forward goes on at its own count
+            return out
+
         runner._decode = probe
+        runner._project = probe_projection
         two = [r.ids for r in h.run(*reqs)]
         stats = h.engine.stats()
     assert two == one
@@ -147,3 +164,8 @@ def test_the_engine_runs_each_forward_at_its_planned_count_with_one_threads_toke
     assert all(planned == applied for planned, applied in seen)  # ... and torch ran at the planned one
     assert stats["thread_plan"].startswith("adaptive")
     assert sum(stats["forwards_by_threads"].values()) >= len(seen)
+    assert len(projected) >= len(seen)  # every forward projected its logits through the plan
+    assert {n for n, _, _ in projected} == {1, 2}
+    assert all(planned == applied for planned, applied, _ in projected)
+    assert any(n != outer for n, _, outer in projected)  # its count is its own, not the forward's
+    assert sum(stats["logits_by_threads"].values()) >= len(projected)
