@@ -64,8 +64,10 @@ class ModelRunner:
         self._torch_threads = 0
 
     def thread_stats(self) -> dict[str, object]:
-        """``/engine/stats``' thread plan: the forwards' counts and the output projections'."""
-        logits = {str(n): c for n, c in self.logits_threads.forwards.items()}
+        """``/engine/stats``' thread plan: the forwards' counts and the output projections' (none
+        counted where the projection runs at its forward's count: one thread, or ``fixed``)."""
+        plan = self.logits_threads
+        logits = {str(n): c for n, c in plan.forwards.items()} if plan.timed else {}
         return {**self.threads.stats(), "logits_by_threads": logits}
 
     # --- loading ---------------------------------------------------------------------------
@@ -124,11 +126,13 @@ class ModelRunner:
         outer = torch.get_num_threads()
         if n != outer:
             torch.set_num_threads(n)
-        start = time.perf_counter()
-        out = head(x)
-        plan.record(time.perf_counter() - start)
-        if n != outer:
-            torch.set_num_threads(outer)
+        try:
+            start = time.perf_counter()
+            out = head(x)
+            plan.record(time.perf_counter() - start)
+        finally:
+            if n != outer:  # back to the forward's count, even if the projection raised
+                torch.set_num_threads(outer)
         return out
 
     def _lean_decoder(self) -> tuple[lean_decode.LeanDecoder | None, str]:
