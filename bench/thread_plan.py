@@ -42,12 +42,13 @@ def parse_engine(text: str) -> tuple[int, str, str]:
 
     n, _, rest = text.partition(":")
     plan, _, logits = rest.partition(":")
+    logits = logits or "own"
     if not n.isdigit() or int(n) < 1:
         raise argparse.ArgumentTypeError(f"{text!r}: use THREADS:PLAN[:LOGITS], e.g. 2:adaptive")
-    if (logits or "own") not in LOGITS:
+    if logits not in LOGITS:
         raise argparse.ArgumentTypeError(f"{text!r}: LOGITS is one of {', '.join(LOGITS)}")
     try:
-        return int(n), resolve_plan(plan), logits or "own"
+        return int(n), resolve_plan(plan), logits
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 

@@ -124,9 +124,9 @@ def pack_linears(model: Any, dtype: torch.dtype, wanted: bool | None = None) -> 
         return 0, "not packed: the model has no get_decoder / get_output_embeddings"
     for root in roots:
         if isinstance(root, torch.nn.Linear):  # the output projection itself
-            targets.extend((parent, name, root) for parent, name, child in _children(model) if child is root)
+            targets.extend((parent, name, root) for parent, name, child in children(model) if child is root)
             continue
-        targets.extend((parent, name, child) for parent, name, child in _children(root)
+        targets.extend((parent, name, child) for parent, name, child in children(root)
                        if isinstance(child, torch.nn.Linear))
     targets = [t for t in targets if t[2].weight.device.type == "cpu" and t[2].weight.dtype == torch.bfloat16]
     if not targets:
@@ -202,7 +202,8 @@ def _own_the_rest(model: Any) -> None:
             param.data = param.data.clone()
 
 
-def _children(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+def children(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn.Module]]:
+    """Every ``(parent, name, child)`` under ``root``: where a module can be replaced."""
     return [(parent, name, child) for parent in root.modules() for name, child in parent.named_children()]
 
 

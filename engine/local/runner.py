@@ -20,7 +20,7 @@ import torch
 from engine.errors import EngineUnavailable
 from engine.local import attention, lean_decode, vision
 from engine.local.kv import KVStore, StepCache, WritePlan
-from engine.local.packed import pack_linears
+from engine.local.packed import children, pack_linears
 from engine.local.params import XGRAMMAR_MISSING, ModelLimits
 from engine.local.prefix import PrefixCache
 from engine.local.scheduler import KVOp, PrefillChunk, Sequence
@@ -67,8 +67,7 @@ class ModelRunner:
         """``/engine/stats``' thread plan: the forwards' counts and the output projections' (none
         counted where the projection runs at its forward's count: one thread, or ``fixed``)."""
         plan = self.logits_threads
-        logits = {str(n): c for n, c in plan.forwards.items()} if plan.timed else {}
-        return {**self.threads.stats(), "logits_by_threads": logits}
+        return {**self.threads.stats(), "logits_by_threads": plan.counts() if plan.timed else {}}
 
     # --- loading ---------------------------------------------------------------------------
     def load(self) -> None:
@@ -110,10 +109,9 @@ class ModelRunner:
         head = self.model.get_output_embeddings()
         if head is None:
             return
-        found = [(parent, name) for parent in self.model.modules() for name, child in parent.named_children()
-                 if child is head]
-        for parent, name in found:
-            setattr(parent, name, _PlannedProjection(head, self))
+        for parent, name, child in children(self.model):
+            if child is head:
+                setattr(parent, name, _PlannedProjection(head, self))
 
     def _project(self, head: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
         """``head(x)`` at the thread count :attr:`logits_threads` chooses for its rows, timed for
@@ -124,16 +122,13 @@ class ModelRunner:
             return out
         n = plan.choose("logits", x.numel() // x.shape[-1], 0)
         outer = torch.get_num_threads()
-        if n != outer:
-            torch.set_num_threads(n)
+        if n == outer:
+            return _measured(plan, head, x)
+        torch.set_num_threads(n)
         try:
-            start = time.perf_counter()
-            out = head(x)
-            plan.record(time.perf_counter() - start)
-        finally:
-            if n != outer:  # back to the forward's count, even if the projection raised
-                torch.set_num_threads(outer)
-        return out
+            return _measured(plan, head, x)
+        finally:  # back to the forward's count, even if the projection raised
+            torch.set_num_threads(outer)
 
     def _lean_decoder(self) -> tuple[lean_decode.LeanDecoder | None, str]:
         """The lean decode forward (engine/local/lean_decode.py) when it gives the model's own
@@ -296,12 +291,7 @@ class ModelRunner:
         if n != self._torch_threads:
             torch.set_num_threads(n)  # about 0.1 µs; the OpenMP pool stays
             self._torch_threads = n
-        if not self.threads.timed:
-            return forward(arg)
-        start = time.perf_counter()
-        logits = forward(arg)
-        self.threads.record(time.perf_counter() - start)
-        return logits
+        return _measured(self.threads, forward, arg)
 
     def _decode(self, seqs: list[Sequence]) -> torch.Tensor:
         pos, mask, plan = self._decode_inputs([s.computed for s in seqs])
@@ -354,6 +344,16 @@ class ModelRunner:
         t = torch.arange(kv_len)
         window = t[None, None, :] > (pos[:, :, None] - self.sliding_window)
         return {"full_attention": mask, "sliding_attention": mask & window[:, None]}
+
+
+def _measured(plan: ThreadPlan, call: Callable[[Any], torch.Tensor], arg: Any) -> torch.Tensor:
+    """``call(arg)``, its wall time recorded by ``plan`` when the plan learns from it."""
+    if not plan.timed:
+        return call(arg)
+    start = time.perf_counter()
+    out = call(arg)
+    plan.record(time.perf_counter() - start)
+    return out
 
 
 class _PlannedProjection(torch.nn.Module):

@@ -136,4 +136,8 @@ class ThreadPlan:
 
     def stats(self) -> dict[str, object]:
         return {"thread_plan": self.describe(),
-                "forwards_by_threads": {str(n): c for n, c in self.forwards.items()}}
+                "forwards_by_threads": self.counts()}
+
+    def counts(self) -> dict[str, int]:
+        """How many calls ran at each thread count, keyed as JSON keys."""
+        return {str(n): c for n, c in self.forwards.items()}
