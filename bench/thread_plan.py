@@ -4,7 +4,9 @@ turns (the order reverses every round). Per concurrency ``c`` (``--concurrency``
 of ``--new-tokens`` tokens, greedy, eos ignored, after one warm-up of the same shape; aggregate
 tokens/s and the median time to first token, medians of the rounds, and how many forwards each
 engine ran at each thread count. ``2:adaptive:forward`` runs each forward's output projection at
-that forward's count, as before the projection had a plan of its own (the A/B of that change).
+that forward's count, as before the projection had a plan of its own (the A/B of that change);
+``1:fixed:grouped`` decodes with the grouped matmuls instead of the native attention kernel (the
+A/B of that one).
 
 The OpenMP wait policy is the process's (passive unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``
 is set, as under ``tokenwire serve``); libgomp reads it once, so compare policies across runs.
@@ -32,23 +34,28 @@ from bench.loopback import emit
 from engine.local.omp import prefer_passive_wait
 
 LOGITS = ("own", "forward")  # the output projection's thread count: its own plan's, or its forward's
+ATTENTION = ("native", "grouped")  # the bf16 decode attention (engine/local/attention.py)
 
 
-def parse_engine(text: str) -> tuple[int, str, str]:
-    """``N:plan[:logits]`` (``plan``: adaptive or fixed; ``logits``: ``own``, the default, or
-    ``forward``, the output projection at its forward's count as before it had a plan of its own)
-    → (N, plan, logits)."""
+def parse_engine(text: str) -> tuple[int, str, str, str]:
+    """``N:plan[:logits][:attention]`` (``plan``: adaptive or fixed; ``logits``: ``own``, the
+    default, or ``forward``, the output projection at its forward's count as before it had a plan
+    of its own; ``attention``: ``native``, the default, or ``grouped``) → (N, plan, logits,
+    attention)."""
     from engine.local.threads import resolve_plan
 
     n, _, rest = text.partition(":")
-    plan, _, logits = rest.partition(":")
-    logits = logits or "own"
+    plan, *options = rest.split(":")
     if not n.isdigit() or int(n) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: use THREADS:PLAN[:LOGITS], e.g. 2:adaptive")
-    if logits not in LOGITS:
-        raise argparse.ArgumentTypeError(f"{text!r}: LOGITS is one of {', '.join(LOGITS)}")
+        raise argparse.ArgumentTypeError(f"{text!r}: use THREADS:PLAN[:LOGITS][:ATTENTION], e.g. 2:adaptive")
+    unknown = [o for o in options if o not in LOGITS + ATTENTION]
+    if unknown:
+        raise argparse.ArgumentTypeError(f"{text!r}: LOGITS is one of {', '.join(LOGITS)}, "
+                                         f"ATTENTION one of {', '.join(ATTENTION)}")
+    logits = next((o for o in options if o in LOGITS), "own")
+    attention = next((o for o in options if o in ATTENTION), "native")
     try:
-        return int(n), resolve_plan(plan), logits
+        return int(n), resolve_plan(plan), logits, attention
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
@@ -84,14 +91,16 @@ async def main_async(args: argparse.Namespace, model: Path, prompts: list[list[i
     from engine.local.threads import ThreadPlan
 
     engines: dict[str, Any] = {}
-    for n, plan, logits in args.engines:
+    for n, plan, logits, attention in args.engines:
         e = LocalEngine(model, model_name=model.name, max_model_len=2048, max_num_seqs=max(args.concurrency),
                         num_threads=n, thread_plan=plan)
+        os.environ["TOKENWIRE_DECODE_ATTENTION"] = attention  # read when the engine loads its model
         await e.start()
         if logits == "forward":  # an untimed one-thread plan leaves torch at the forward's count
             e.runner.logits_threads = ThreadPlan(1)
         await run_engine(e, prompts[:4], 8)
-        engines[f"{n}:{plan}" + (":forward" if logits == "forward" else "")] = e
+        engines[f"{n}:{plan}" + (":forward" if logits == "forward" else "")
+                + (":grouped" if attention == "grouped" else "")] = e
     samples: dict[str, dict[int, list[tuple[float, float]]]] = {k: {c: [] for c in args.concurrency} for k in engines}
     loads = [os.getloadavg()[0]]
     try:
@@ -106,7 +115,8 @@ async def main_async(args: argparse.Namespace, model: Path, prompts: list[list[i
                           file=sys.stderr, flush=True)
             loads.append(os.getloadavg()[0])
         stats = {k: {s: e.stats()[s] for s in ("thread_plan", "forwards_by_threads", "logits_by_threads",
-                                               "omp_wait_policy", "dtype", "linear_kernel", "decode_forward")}
+                                               "omp_wait_policy", "dtype", "linear_kernel", "attention_kernel",
+                                               "decode_forward")}
                  for k, e in engines.items()}
     finally:
         for e in engines.values():
@@ -121,8 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", default=None, help="model directory (default: the embedded SmolLM2-135M-Instruct)")
     p.add_argument("--engines", type=parse_engine, nargs="+",
-                   default=[(2, "adaptive", "own"), (2, "fixed", "own"), (1, "fixed", "own")],
-                   metavar="THREADS:PLAN[:LOGITS]")
+                   default=[(2, "adaptive", "own", "native"), (2, "fixed", "own", "native"),
+                            (1, "fixed", "own", "native")],
+                   metavar="THREADS:PLAN[:LOGITS][:ATTENTION]")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)

@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Install everything the tests need (Python packages, model assets, a headless browser, HAProxy) and run the
-# whole test suite. Extra arguments go to pytest.
+# Install everything the tests need (Python packages, model assets, a headless browser, HAProxy, a C
+# compiler) and run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh dev
 if [ -f scripts/install-browser.sh ]; then bash scripts/install-browser.sh; fi
 if [ -f scripts/install-haproxy.sh ]; then bash scripts/install-haproxy.sh; fi
+if [ -f scripts/install-compiler.sh ]; then bash scripts/install-compiler.sh; fi
 export HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 TOKENIZERS_PARALLELISM=false
 # Build (or verify) the offline model assets once, with progress, before the tests use them.
 .venv/bin/tokenwire assets

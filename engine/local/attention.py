@@ -1,12 +1,14 @@
 """Decode attention of the local engine in bf16 (issue 22): one query token per row against its KV
-row, computed as two grouped matmuls and a softmax in fp32, in place of torch's CPU flash-attention
-kernel, which is slow for a single query (3-7x slower on SmolLM2's decode shapes).
+row, with scores, softmax and weighted sum in fp32, in place of torch's CPU flash-attention kernel,
+which is slow for a single query (3-7x slower on SmolLM2's decode shapes).
 
 Registered with transformers as the attention implementation ``tokenwire``: a decode forward in
-bf16 / fp16 takes :func:`decode_attention`; everything else — prefill, fp32 (the exact mode), a
-call with arguments this path does not handle (sinks, softcapping, a position bias, dropout) —
-runs transformers' own SDPA function unchanged. ``TOKENWIRE_DECODE_ATTENTION=sdpa`` keeps SDPA
-everywhere. What it costs and changes: docs/engine.md, "Decode attention in bf16".
+bf16 / fp16 takes the native kernel (``engine/local/native.py``) where it is built and takes the
+call, else :func:`decode_attention` (two grouped matmuls); everything else — prefill, fp32 (the
+exact mode), a call with arguments this path does not handle (sinks, softcapping, a position bias,
+dropout) — runs transformers' own SDPA function unchanged. ``TOKENWIRE_DECODE_ATTENTION``:
+``native`` (the default), ``grouped``, or ``sdpa`` everywhere. What it costs and changes:
+docs/engine.md, "Decode attention in bf16".
 """
 
 from __future__ import annotations
@@ -18,20 +20,30 @@ from typing import Any
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # once, not per layer call
 
+from engine.local import native
+
 log = logging.getLogger("tokenwire.engine")
 
-NAME = "tokenwire"
+NAME = "tokenwire"  # native kernel first, grouped matmuls where it does not apply
+GROUPED = "tokenwire_grouped"
 _REDUCED = (torch.bfloat16, torch.float16)
 _UNHANDLED = ("s_aux", "sinks", "softcap", "position_bias", "cache")
+MODES = ("native", "grouped", "sdpa")
+_native: native.NativeAttention | None = None  # set by register(): the kernel NAME's decode calls take
+_native_loaded: native.Loaded | None = None  # built or found once per process
+
+
+def mode() -> str:
+    """``TOKENWIRE_DECODE_ATTENTION``: one of :data:`MODES`, ``native`` when unset; any other
+    value is ignored with a warning, as the engine's other settings are."""
+    value = os.environ.get("TOKENWIRE_DECODE_ATTENTION", "").strip().lower()
+    if value and value not in MODES:
+        log.warning("ignoring TOKENWIRE_DECODE_ATTENTION=%r (use 'native', 'grouped' or 'sdpa')", value)
+    return value if value in MODES else "native"
 
 
 def enabled() -> bool:
-    """``TOKENWIRE_DECODE_ATTENTION``: ``grouped`` (the default) or ``sdpa``; any other value is
-    ignored with a warning, as the engine's other settings are."""
-    value = os.environ.get("TOKENWIRE_DECODE_ATTENTION", "").strip().lower()
-    if value not in ("", "grouped", "sdpa"):
-        log.warning("ignoring TOKENWIRE_DECODE_ATTENTION=%r (use 'grouped' or 'sdpa')", value)
-    return value != "sdpa"
+    return mode() != "sdpa"
 
 
 def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
@@ -55,28 +67,66 @@ def decode_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor
     return out.to(query.dtype).reshape(b, hq, 1, d).transpose(1, 2)
 
 
-def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-               attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-               **kwargs: Any) -> tuple[torch.Tensor, None]:
-    if (query.shape[2] != 1 or query.dtype not in _REDUCED or dropout or module.training
-            or query.shape[1] % key.shape[1] or any(kwargs.get(k) is not None for k in _UNHANDLED)):
+def _decode_call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, dropout: float,
+                 kwargs: dict[str, Any]) -> bool:
+    """Whether a call is one this module's decode path takes (else it is transformers' SDPA)."""
+    return not (query.shape[2] != 1 or query.dtype not in _REDUCED or dropout or module.training
+                or query.shape[1] % key.shape[1] or any(kwargs.get(k) is not None for k in _UNHANDLED))
+
+
+def _grouped(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+             **kwargs: Any) -> tuple[torch.Tensor, None]:
+    if not _decode_call(module, query, key, dropout, kwargs):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
-    mask = attention_mask
-    if mask is not None:
-        mask = mask[:, :, :, : key.shape[-2]]
+    mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[-2]]
     return decode_attention(query, key, value, mask, query.shape[-1] ** -0.5 if scaling is None else scaling), None
 
 
+def _native_first(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                  attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                  **kwargs: Any) -> tuple[torch.Tensor, None]:
+    if _native is not None and _decode_call(module, query, key, dropout, kwargs):
+        mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[-2]]
+        out = _native(query, key, value, mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
+        if out is not None:
+            return out, None
+    return _grouped(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+
+
 def register() -> str:
-    """Register :data:`NAME` with transformers (idempotent), so that any model — the engine's, or
-    a ``model.generate`` reference loaded with ``attn_implementation=NAME`` — can use it."""
+    """Register this module's attention with transformers (idempotent) under two names, so that
+    any model — the engine's, or a ``model.generate`` reference loaded with the returned name —
+    can use it: :data:`NAME` takes the native kernel where it applies, :data:`GROUPED` the grouped
+    matmuls. With the ``native`` mode, builds or finds the kernel first (once per process).
+    Returns the name the current mode decodes with: :data:`NAME` when the kernel loaded."""
+    global _native, _native_loaded
     from transformers import AttentionInterface, AttentionMaskInterface
     from transformers.masking_utils import sdpa_mask
 
-    AttentionInterface.register(NAME, _attention)
-    AttentionMaskInterface.register(NAME, sdpa_mask)  # the masks stay what SDPA is given
-    return NAME
+    for name, fn in ((NAME, _native_first), (GROUPED, _grouped)):
+        AttentionInterface.register(name, fn)
+        AttentionMaskInterface.register(name, sdpa_mask)  # the masks stay what SDPA is given
+    if mode() != "native":
+        return GROUPED
+    if _native_loaded is None:
+        _native_loaded = native.load()
+        if _native_loaded.kernel is None:
+            log.warning("native decode attention unavailable (%s): decoding with grouped matmuls",
+                        _native_loaded.detail)
+    _native = _native_loaded.kernel
+    return NAME if _native is not None else GROUPED
+
+
+def decode_kernel(name: str) -> str:
+    """The bf16 decode path of the registered attention ``name``, in words."""
+    if name == NAME and _native_loaded is not None:
+        return f"native fp32 ({_native_loaded.detail})"
+    if mode() == "grouped":
+        return "grouped fp32 (TOKENWIRE_DECODE_ATTENTION=grouped)"
+    why = _native_loaded.detail if _native_loaded else "not built"
+    return f"grouped fp32 (native kernel: {why})"
 
 
 def wanted(dtype: torch.dtype) -> bool:
@@ -91,13 +141,13 @@ def install(model: Any, dtype: torch.dtype) -> str:
         return "sdpa (TOKENWIRE_DECODE_ATTENTION=sdpa)"
     if not wanted(dtype):
         return f"sdpa ({str(dtype).removeprefix('torch.')}: the exact mode)"
-    register()
+    name = register()
     text = model.config.get_text_config()
     if text is model.config:
-        model.set_attn_implementation(NAME)
+        model.set_attn_implementation(name)
     else:  # a vision-language model: only its language model decodes
         key = next((k for k in model.config.sub_configs if getattr(model.config, k) is text), None)
         if key is None:
             return "sdpa (no text sub-config found)"
-        model.set_attn_implementation({key: NAME})
-    return "grouped fp32 for decode, SDPA for prefill"
+        model.set_attn_implementation({key: name})
+    return f"{decode_kernel(name)} for decode, SDPA for prefill"

@@ -1,21 +1,42 @@
 """The engine's decode attention in bf16 (engine/local/attention.py): one query token per row in
-fp32 matmuls instead of torch's CPU flash kernel. It must be at least as close to exact
+fp32, by the native kernel (engine/local/native.py, built here with the machine's compiler) or
+grouped matmuls, instead of torch's CPU flash kernel. Each must be at least as close to exact
 (float64) attention as SDPA is, on the shapes the engine gives it (grouped query heads, strided
-views into the KV buffer, masked rows of different lengths), and everything it does not handle
+views into the KV buffer, masked rows of different lengths), and everything they do not handle
 must be SDPA's own result, bit for bit."""
 
 from __future__ import annotations
 
 import logging
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 import torch.nn.functional as F
 
-from engine.local import attention
+from engine.local import attention, native
 from engine.local.attention import decode_attention
 
 HQ, HKV, D = 9, 3, 64
+
+
+@pytest.fixture(scope="module")
+def kernel(tmp_path_factory: pytest.TempPathFactory) -> native.NativeAttention:
+    loaded = native.load(tmp_path_factory.mktemp("cache"))
+    assert loaded.kernel is not None, loaded.detail  # the test machine has a C compiler (scripts/install.sh)
+    return loaded.kernel
+
+
+def _kernels(kernel: native.NativeAttention) -> dict[str, Callable[..., torch.Tensor]]:
+    def run(*args: Any) -> torch.Tensor:
+        out = kernel(*args)
+        assert out is not None  # every case below is one it takes
+        return out
+
+    return {"grouped": decode_attention, "native": run}
 
 
 def _exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
@@ -29,13 +50,13 @@ def _exact(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor
     return out
 
 
-def _case(rows: int, length: int, *, ragged: bool, seed: int
+def _case(rows: int, length: int, *, ragged: bool, seed: int, hq: int = HQ, hkv: int = HKV, d: int = D
           ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]:
     gen = torch.Generator().manual_seed(seed)
     # views into a larger buffer, as the engine's KV store hands them to the attention
-    keys = torch.randn(rows + 2, HKV, length + 40, D, generator=gen).to(torch.bfloat16)
-    values = torch.randn(rows + 2, HKV, length + 40, D, generator=gen).to(torch.bfloat16)
-    query = (torch.randn(rows, HQ, 1, D, generator=gen) * 2).to(torch.bfloat16)
+    keys = torch.randn(rows + 2, hkv, length + 40, d, generator=gen).to(torch.bfloat16)
+    values = torch.randn(rows + 2, hkv, length + 40, d, generator=gen).to(torch.bfloat16)
+    query = (torch.randn(rows, hq, 1, d, generator=gen) * 2).to(torch.bfloat16)
     k, v = keys[:rows, :, :length], values[:rows, :, :length]
     mask = None
     if ragged:
@@ -44,19 +65,91 @@ def _case(rows: int, length: int, *, ragged: bool, seed: int
     return query, k, v, mask
 
 
-@pytest.mark.parametrize(("rows", "length", "ragged"), [(1, 1, False), (1, 37, False), (4, 130, True),
-                                                       (16, 64, True), (8, 300, False)])
-def test_decode_attention_is_as_close_to_exact_as_sdpa(rows: int, length: int, ragged: bool) -> None:
+@pytest.mark.parametrize("which", ["grouped", "native"])
+@pytest.mark.parametrize(("rows", "length", "ragged", "heads"), [
+    (1, 1, False, (HQ, HKV, D)), (1, 37, False, (HQ, HKV, D)), (4, 130, True, (HQ, HKV, D)),
+    (16, 64, True, (HQ, HKV, D)), (8, 300, False, (HQ, HKV, D)),
+    # other head shapes: head_dim 128 and 32 take the native kernel's portable loops, 64 its vector path
+    (3, 90, True, (16, 8, 128)), (2, 50, True, (8, 2, 32)), (2, 20, False, (4, 4, 64))])
+def test_decode_attention_is_as_close_to_exact_as_sdpa(kernel: native.NativeAttention, which: str, rows: int,
+                                                       length: int, ragged: bool, heads: tuple[int, int, int]) -> None:
+    run = _kernels(kernel)[which]
+    hq, hkv, d = heads
     for seed in range(3):
-        q, k, v, mask = _case(rows, length, ragged=ragged, seed=seed)
+        q, k, v, mask = _case(rows, length, ragged=ragged, seed=seed, hq=hq, hkv=hkv, d=d)
         exact = _exact(q, k, v, mask)
-        got = decode_attention(q, k, v, mask, D ** -0.5)
-        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=D ** -0.5, enable_gqa=True).transpose(1, 2)
-        assert got.shape == sdpa.shape == (rows, 1, HQ, D) and got.dtype == torch.bfloat16
+        got = run(q, k, v, mask, d ** -0.5)
+        sdpa = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=d ** -0.5, enable_gqa=True).transpose(1, 2)
+        assert got.shape == sdpa.shape == (rows, 1, hq, d) and got.dtype == torch.bfloat16
         ours, theirs = (got.double() - exact).abs().max().item(), (sdpa.double() - exact).abs().max().item()
         # float32 math, one rounding to bf16 at the end: within half a bf16 ulp of the exact value
         assert torch.allclose(got.double(), exact, rtol=2 ** -8, atol=1e-6)
         assert ours <= theirs + 1e-6, (ours, theirs)
+
+
+def test_the_native_kernel_gives_a_row_the_same_bits_alone_and_in_any_batch(kernel: native.NativeAttention) -> None:
+    q, k, v, mask = _case(6, 120, ragged=True, seed=5)
+    assert mask is not None
+    batch = kernel(q, k, v, mask, D ** -0.5)
+    assert batch is not None
+    for row in range(6):
+        alone = kernel(q[row:row + 1], k[row:row + 1], v[row:row + 1], mask[row:row + 1], D ** -0.5)
+        assert alone is not None and torch.equal(alone, batch[row:row + 1])
+    # a row reads only its unmasked positions: garbage past its length changes nothing
+    k2, v2 = k.clone(), v.clone()
+    k2[1:, :, 110:] = float("nan")
+    v2[1:, :, 110:] = float("inf")
+    garbage = kernel(q, k2, v2, mask, D ** -0.5)
+    assert garbage is not None and torch.equal(garbage, batch)
+
+
+def test_the_native_kernel_gives_the_same_bits_on_any_thread_count_with_one_openmp(
+        kernel: native.NativeAttention) -> None:
+    assert kernel.parallel  # this machine's compiler has OpenMP
+    q, k, v, mask = _case(8, 300, ragged=True, seed=7)  # past the grain: the rows are shared
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = kernel(q, k, v, mask, D ** -0.5)
+        torch.set_num_threads(2)
+        two = kernel(q, k, v, mask, D ** -0.5)
+    finally:
+        torch.set_num_threads(before)
+    assert one is not None and two is not None and torch.equal(one, two)
+    # the kernel's OpenMP is the runtime torch loaded, not a second one beside it
+    maps = Path("/proc/self/maps").read_text().splitlines()
+    runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
+    assert len(runtimes) == 1, runtimes
+
+
+def test_the_native_kernel_declines_what_it_does_not_take(kernel: native.NativeAttention) -> None:
+    q, k, v, mask = _case(2, 30, ragged=True, seed=6)
+    assert mask is not None
+    additive = torch.zeros(mask.shape).masked_fill(~mask, float("-inf"))
+    assert kernel(q, k, v, additive, D ** -0.5) is None
+    assert kernel(q.half(), k.half(), v.half(), mask, D ** -0.5) is None
+    assert kernel(q, k.transpose(2, 3).contiguous().transpose(2, 3), v, mask, D ** -0.5) is None  # head_dim strided
+    # the registered attention then takes the grouped matmuls, with the same result as calling them
+    got, _ = attention._native_first(_Module().eval(), q, k, v, additive, scaling=D ** -0.5)
+    assert torch.equal(got, decode_attention(q, k, v, mask, D ** -0.5))
+
+
+def test_the_kernel_is_built_once_per_cache_and_a_failed_build_says_why(tmp_path: Path,
+                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    first = native.load(tmp_path)
+    assert first.kernel is not None and first.kernel.path.parent == tmp_path / "kernels"
+    built = first.kernel.path.stat().st_mtime_ns
+    again = native.load(tmp_path)
+    assert again.kernel is not None and again.kernel.path == first.kernel.path
+    assert again.kernel.path.stat().st_mtime_ns == built  # found, not rebuilt
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.kernel.path.name]  # no temp file left
+    monkeypatch.setenv("CC", "tokenwire-no-such-compiler")
+    none = native.load(tmp_path / "other")
+    assert none.kernel is None and none.detail == "no C compiler (tokenwire-no-such-compiler not found)"
+    monkeypatch.setenv("CC", "false")
+    failed = native.load(tmp_path / "other")
+    assert failed.kernel is None and failed.detail.startswith("build failed: ")
+    assert not (tmp_path / "other" / "kernels").exists() or not any((tmp_path / "other" / "kernels").iterdir())
 
 
 def test_an_additive_mask_is_the_same_as_a_boolean_one() -> None:
@@ -83,27 +176,59 @@ def test_what_the_decode_path_does_not_handle_is_sdpa_bit_for_bit(case: str) -> 
     module = _Module().eval()
     if case == "softcap":  # SDPA refuses softcapping; the decode path must not quietly ignore it
         with pytest.raises(ValueError, match="softcap"):
-            attention._attention(module, q, k, v, None, scaling=D ** -0.5, softcap=30.0)
+            attention._native_first(module, q, k, v, None, scaling=D ** -0.5, softcap=30.0)
         return
     want, _ = sdpa_attention_forward(module, q, k, v, None, scaling=D ** -0.5)
-    got, _ = attention._attention(module, q, k, v, None, scaling=D ** -0.5)
-    assert torch.equal(got, want)
+    for path in (attention._native_first, attention._grouped):
+        got, _ = path(module, q, k, v, None, scaling=D ** -0.5)
+        assert torch.equal(got, want)
 
 
-def test_a_bf16_decode_call_takes_the_grouped_path() -> None:
+def test_a_bf16_decode_call_takes_the_native_kernel_else_the_grouped_path(
+        kernel: native.NativeAttention, monkeypatch: pytest.MonkeyPatch) -> None:
     q, k, v, mask = _case(3, 40, ragged=True, seed=2)
-    got, _ = attention._attention(_Module().eval(), q, k, v, mask, scaling=D ** -0.5)
+    monkeypatch.setattr(attention, "_native", kernel)
+    got, _ = attention._native_first(_Module().eval(), q, k, v, mask, scaling=D ** -0.5)
+    want = kernel(q, k, v, mask, D ** -0.5)
+    assert want is not None and torch.equal(got, want)
+    got, _ = attention._grouped(_Module().eval(), q, k, v, mask, scaling=D ** -0.5)
+    assert torch.equal(got, decode_attention(q, k, v, mask, D ** -0.5))
+    monkeypatch.setattr(attention, "_native", None)  # where no kernel was built
+    got, _ = attention._native_first(_Module().eval(), q, k, v, mask, scaling=D ** -0.5)
     assert torch.equal(got, decode_attention(q, k, v, mask, D ** -0.5))
 
 
-def test_the_setting_turns_it_off_and_a_bad_value_is_named(monkeypatch: pytest.MonkeyPatch,
-                                                            caplog: pytest.LogCaptureFixture) -> None:
+def test_the_setting_chooses_the_path_and_a_bad_value_is_named(monkeypatch: pytest.MonkeyPatch,
+                                                               caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(attention, "_native_loaded", None)
+    monkeypatch.setattr(attention, "_native", None)
     monkeypatch.delenv("TOKENWIRE_DECODE_ATTENTION", raising=False)
     assert attention.wanted(torch.bfloat16) and not attention.wanted(torch.float32)
+    assert attention.mode() == "native" and attention.register() == attention.NAME
+    assert attention.decode_kernel(attention.NAME).startswith("native fp32 (built by ")
+    assert os.listdir(tmp_path / "kernels")
+    monkeypatch.setenv("TOKENWIRE_DECODE_ATTENTION", "grouped")
+    assert attention.register() == attention.GROUPED
+    assert attention.decode_kernel(attention.GROUPED) == "grouped fp32 (TOKENWIRE_DECODE_ATTENTION=grouped)"
     monkeypatch.setenv("TOKENWIRE_DECODE_ATTENTION", "sdpa")
     assert not attention.wanted(torch.bfloat16)
     assert attention.install(object(), torch.bfloat16) == "sdpa (TOKENWIRE_DECODE_ATTENTION=sdpa)"
     monkeypatch.setenv("TOKENWIRE_DECODE_ATTENTION", "flash")
     with caplog.at_level(logging.WARNING, logger="tokenwire.engine"):
-        assert attention.wanted(torch.bfloat16)
+        assert attention.wanted(torch.bfloat16) and attention.mode() == "native"
     assert "TOKENWIRE_DECODE_ATTENTION='flash'" in caplog.text
+
+
+def test_without_a_compiler_the_engine_decodes_with_grouped_matmuls_and_says_why(
+        monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
+    monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(attention, "_native_loaded", None)
+    monkeypatch.setattr(attention, "_native", None)
+    monkeypatch.delenv("TOKENWIRE_DECODE_ATTENTION", raising=False)
+    monkeypatch.setenv("CC", "tokenwire-no-such-compiler")
+    with caplog.at_level(logging.WARNING, logger="tokenwire.engine"):
+        assert attention.register() == attention.GROUPED
+    assert "native decode attention unavailable (no C compiler" in caplog.text
+    assert attention.decode_kernel(attention.GROUPED) == (
+        "grouped fp32 (native kernel: no C compiler (tokenwire-no-such-compiler not found))")

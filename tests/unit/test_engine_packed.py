@@ -115,11 +115,15 @@ def test_the_bf16_engine_packs_by_default_and_matches_model_generate(asset: Call
     with running_engine(path, dtype="bfloat16") as h:
         stats = h.engine.stats()
         got = [h.run(request(p, max_tokens=16))[0].ids for p in ps]
+        engine_attention = h.engine.runner.model.config._attn_implementation
     assert stats["linear_kernel"] == "oneDNN packed (bf16), 60 sibling groups fused"
     assert h.engine.runner.packed_linears == 30 * 7 + 1  # SmolLM2: 7 per layer and the output projection
-    assert stats["attention_kernel"] == "grouped fp32 for decode, SDPA for prefill"  # engine/local/attention.py
+    # engine/local/attention.py: the native kernel where this machine builds it, else grouped matmuls
+    kernel = stats["attention_kernel"]
+    assert kernel.startswith(("native fp32 (", "grouped fp32 (")) and kernel.endswith(
+        ") for decode, SDPA for prefill"), kernel
     ref = Reference(path, "bfloat16")
-    assert ref.model.config._attn_implementation == "tokenwire"  # model.generate decodes as the engine does
+    assert ref.model.config._attn_implementation == engine_attention  # model.generate decodes as the engine does
     assert got == [ref.greedy(p, 16) for p in ps]
 
 

@@ -1,0 +1,150 @@
+"""The local engine's native decode attention (``native/decode_attention.c``): built once per
+machine with its C compiler (``$CC``, else ``cc``; ``-O3 -march=native``, about half a second)
+into ``<cache>/kernels/``, keyed by the source, the flags, the compiler and the CPU, and loaded
+with ctypes (no torch headers, nothing built at install). Where no compiler is found or the
+build fails, :func:`load` says why and the engine keeps its grouped matmuls
+(``engine/local/attention.py``). What it costs and changes: docs/engine.md, "Decode attention in
+bf16".
+"""
+
+from __future__ import annotations
+
+import ctypes
+import hashlib
+import logging
+import os
+import platform
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import torch
+
+log = logging.getLogger("tokenwire.engine")
+
+SOURCE = Path(__file__).with_name("native") / "decode_attention.c"
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC")
+# With OpenMP first (the threads torch is set to share the rows); where the compiler has none, one thread.
+VARIANTS = (("openmp", ("-fopenmp",)), ("one thread", ("-fopenmp-simd",)))
+MAX_GROUP, MAX_DIM = 32, 512  # as the source's limits
+GRAIN = 32768  # elements of K below which one thread does it all (torch's own operators' grain size)
+BUILD_TIMEOUT_S = 120
+
+_I, _P = ctypes.c_int64, ctypes.c_void_p
+_ARGS: list[Any] = [_I, _I, _I, _I, _I, ctypes.c_float, _P, _I, _I, _P, _I, _I, _I, _P, _I, _I, _I, _P, _I, _P, _P, _I]
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """The outcome of :func:`load`: the kernel, or None and why."""
+
+    kernel: NativeAttention | None
+    detail: str
+
+
+class NativeAttention:
+    """The built kernel. :meth:`__call__` takes what ``attention.decode_attention`` takes and
+    returns the same layout, or None for inputs it does not handle (not bf16, a head_dim that is
+    not contiguous, an additive mask, more than 32 query heads per key-value head). Its bits do
+    not depend on the batch or on the thread count."""
+
+    def __init__(self, path: Path, *, parallel: bool) -> None:
+        self.path = path
+        self.parallel = parallel  # built with OpenMP: rows shared among torch's threads
+        self._fn = ctypes.CDLL(str(path)).tw_decode_attention
+        self._fn.argtypes = _ARGS
+        self._fn.restype = ctypes.c_int
+
+    def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
+                 scaling: float) -> torch.Tensor | None:
+        b, hq, _, d = query.shape
+        hkv, t = key.shape[1], key.shape[2]
+        if (query.dtype != torch.bfloat16 or key.dtype != torch.bfloat16 or value.dtype != torch.bfloat16
+                or d > MAX_DIM or hq // hkv > MAX_GROUP or t == 0
+                or query.stride(3) != 1 or key.stride(3) != 1 or value.stride(3) != 1
+                or (mask is not None and mask.dtype != torch.bool)):
+            return None
+        mask_ptr, mask_stride = None, 0
+        if mask is not None:
+            rows = mask.reshape(b, t) if mask.stride(-1) == 1 else mask.contiguous().reshape(b, t)
+            mask_ptr, mask_stride = rows.data_ptr(), rows.stride(0)
+        threads = min(torch.get_num_threads(), b * hkv) if self.parallel and b * hkv * t * d >= GRAIN else 1
+        out = torch.empty(b, 1, hq, d, dtype=torch.bfloat16)
+        scratch = torch.empty(threads * (hq // hkv) * t, dtype=torch.float32)
+        status = self._fn(b, hq, hkv, t, d, scaling,
+                          query.data_ptr(), query.stride(0), query.stride(1),
+                          key.data_ptr(), key.stride(0), key.stride(1), key.stride(2),
+                          value.data_ptr(), value.stride(0), value.stride(1), value.stride(2),
+                          mask_ptr, mask_stride, out.data_ptr(), scratch.data_ptr(), threads)
+        return out if status == 0 else None
+
+
+def _cpu_identity() -> str:
+    """What ``-march=native`` depends on: the CPU's model and feature flags."""
+    try:
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return platform.processor() or platform.machine()
+    keep = [ln for ln in lines if ln.startswith(("model name", "flags", "Features", "CPU part"))]
+    return "\n".join(sorted(set(keep)))
+
+
+def _compiler() -> str | None:
+    return shutil.which(os.environ.get("CC") or "cc")
+
+
+def library_path(cache: Path, compiler: str, flags: tuple[str, ...]) -> Path:
+    """Where the kernel built by ``compiler`` with ``flags`` on this CPU lives under ``cache``."""
+    try:
+        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+    except (OSError, subprocess.SubprocessError):
+        version = ""
+    digest = hashlib.sha256()
+    for part in (SOURCE.read_bytes(), " ".join(flags).encode(), version.encode(), _cpu_identity().encode(),
+                 platform.machine().encode()):
+        digest.update(part)
+        digest.update(b"\0")
+    return cache / "kernels" / f"decode_attention-{digest.hexdigest()[:16]}.so"
+
+
+def build(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
+    """Compile the source into ``target`` (atomically: a partly written file never has its name).
+    Raises ``RuntimeError`` with the compiler's message."""
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=target.name, suffix=".tmp", dir=target.parent)
+    os.close(fd)
+    try:
+        done = subprocess.run([compiler, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True,
+                              timeout=BUILD_TIMEOUT_S)
+        if done.returncode != 0:
+            raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+        os.replace(tmp, target)
+    except (OSError, subprocess.SubprocessError) as exc:
+        raise RuntimeError(f"{compiler} could not run: {exc}") from exc
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+
+
+def load(cache: Path | None = None) -> Loaded:
+    """The kernel for this machine, built first if it is not in the cache yet: with OpenMP, else
+    for one thread, else None and the compiler's complaint."""
+    from server.assets.cache import cache_dir
+
+    compiler = _compiler()
+    if compiler is None:
+        return Loaded(None, f"no C compiler ({os.environ.get('CC') or 'cc'} not found)")
+    failures = []
+    for name, extra in VARIANTS:
+        flags = (*FLAGS, *extra)
+        target = library_path(cache or cache_dir(), compiler, flags)
+        try:
+            if not target.exists():
+                log.info("building the native decode attention (%s) with %s, once per machine", name, compiler)
+                build(target, compiler, flags)
+            return Loaded(NativeAttention(target, parallel=name == "openmp"), f"built by {compiler}, {name}")
+        except (RuntimeError, OSError, AttributeError) as exc:
+            failures.append(f"{name}: {exc}")
+    return Loaded(None, "build failed: " + "; ".join(failures))
