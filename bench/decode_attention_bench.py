@@ -6,9 +6,11 @@ Each case runs a model's worth of layers (30 by default), each with its own K an
 larger buffer as the KV store hands them out, so K and V come from memory as in a step (``cold``;
 64 MB of other memory is written between passes), and again on the same layer (``hot``: what a
 microbenchmark sees). The two kernels alternate, and each figure is the median of the rounds, µs
-per layer. Prints (and with ``--out``, writes) one JSON document.
+per layer. ``--steps`` also times whole lean decode steps of the default model (SmolLM2-135M,
+bf16, its KV rows filled with random values) at the same cases, the kernels alternating, ms per
+step. Prints (and with ``--out``, writes) one JSON document.
 
-    .venv/bin/python -m bench.decode_attention_bench [--cases 1x130 16x130 16x1000] [--threads 1]
+    .venv/bin/python -m bench.decode_attention_bench [--cases 1x130 16x130 16x1000] [--threads 1] [--steps]
 """
 
 from __future__ import annotations
@@ -67,6 +69,47 @@ def measure(kernels: dict[str, Callable[..., Any]], rows: int, positions: int, l
     return {name: {k: round(statistics.median(v), 1) for k, v in t.items()} for name, t in times.items()}
 
 
+def measure_steps(cases: list[tuple[int, int]], rounds: int) -> dict[str, dict[str, float]]:
+    """Lean decode steps of the default model per case, native against grouped (ms per step)."""
+    import torch
+
+    from engine.local import attention
+    from engine.local.runner import ModelRunner
+    from server.assets import ensure
+
+    runner = ModelRunner(ensure("smollm2-135m-instruct"), dtype=torch.bfloat16,
+                         max_rows=max(r for r, _ in cases), max_model_len=4096)
+    runner.load()
+    if runner.lean is None or runner.kv is None or attention._native is None:
+        raise SystemExit(f"decode_attention_bench: no lean decode with the native kernel ({runner.attention_kernel})")
+    lean, kv, kernel = runner.lean, runner.kv, attention._native
+    out = {}
+    try:
+        for rows, positions in cases:
+            pos, mask, plan = runner._decode_inputs([positions - (i * 7) % max(1, positions // 4) for i in range(rows)])
+            ids = torch.randint(0, 1000, (rows, 1))
+            with torch.inference_mode():
+                lean(ids, pos[:, None], mask, plan, kv)  # allocates the layers' KV buffers
+                for buf in (*kv.keys, *kv.values):
+                    if buf is not None:
+                        buf.normal_()
+                times: dict[str, list[float]] = {"native": [], "grouped": []}
+                for r in range(rounds + 1):
+                    for name in ("native", "grouped") if r % 2 == 0 else ("grouped", "native"):
+                        attention._native = kernel if name == "native" else None
+                        start = time.perf_counter()
+                        for _ in range(5):
+                            lean(ids, pos[:, None], mask, plan, kv)
+                        if r:
+                            times[name].append((time.perf_counter() - start) / 5 * 1e3)
+            got = {k: round(statistics.median(v), 2) for k, v in times.items()}
+            out[f"{rows}x{positions}"] = {**got, "native_vs_grouped": round(got["native"] / got["grouped"], 3)}
+            print(f"decode_attention_bench: steps, {rows} rows x {positions}: {got} ms", file=sys.stderr, flush=True)
+    finally:
+        attention._native = kernel
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--cases", type=parse_case, nargs="+",
@@ -74,6 +117,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--layers", type=int, default=30)
     p.add_argument("--rounds", type=int, default=5)
+    p.add_argument("--steps", action="store_true", help="also whole decode steps of the default model")
     p.add_argument("--out", default=None)
     args = p.parse_args(argv)
 
@@ -96,9 +140,12 @@ def main(argv: list[str] | None = None) -> int:
         results[f"{rows}x{positions}"] = {**got, "native_vs_grouped": ratio}
         print(f"decode_attention_bench: {rows} rows x {positions}: native {got['native']}, "
               f"grouped {got['grouped']} µs per layer", file=sys.stderr, flush=True)
-    emit({"benchmark": "decode_attention", "kernel": loaded.detail, "threads": args.threads,
-          "layers": args.layers, "rounds": args.rounds, "load_average": round(os.getloadavg()[0], 2),
-          "results_us_per_layer": results}, args.out)
+    doc: dict[str, Any] = {"benchmark": "decode_attention", "kernel": loaded.detail, "threads": args.threads,
+                           "layers": args.layers, "rounds": args.rounds, "results_us_per_layer": results}
+    if args.steps:
+        doc["steps_ms"] = measure_steps(args.cases, args.rounds)
+    doc["load_average"] = round(os.getloadavg()[0], 2)
+    emit(doc, args.out)
     return 0
 
 

@@ -142,6 +142,9 @@ def install(model: Any, dtype: torch.dtype) -> str:
     if not wanted(dtype):
         return f"sdpa ({str(dtype).removeprefix('torch.')}: the exact mode)"
     name = register()
+    kernel = decode_kernel(name)
+    if dtype != torch.bfloat16 and name == NAME:  # the native kernel takes bf16 only
+        name, kernel = GROUPED, "grouped fp32 (native kernel: bf16 only)"
     text = model.config.get_text_config()
     if text is model.config:
         model.set_attn_implementation(name)
@@ -150,4 +153,4 @@ def install(model: Any, dtype: torch.dtype) -> str:
         if key is None:
             return "sdpa (no text sub-config found)"
         model.set_attn_implementation({key: name})
-    return f"{decode_kernel(name)} for decode, SDPA for prefill"
+    return f"{kernel} for decode, SDPA for prefill"

@@ -1,4 +1,5 @@
-"""bench.decode_attention_bench: its arguments, and one tiny run of both kernels (no timing asserted)."""
+"""bench.decode_attention_bench: its arguments, and one tiny run of both kernels, alone and in the
+default model's decode steps (no timing asserted)."""
 
 from __future__ import annotations
 
@@ -21,10 +22,12 @@ def test_a_case_is_rows_by_positions() -> None:
 def test_a_tiny_run_reports_both_kernels_per_case(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path / "cache"))
     out = tmp_path / "out.json"
-    assert main(["--cases", "2x20", "1x5", "--layers", "2", "--rounds", "1", "--out", str(out)]) == 0
+    assert main(["--cases", "2x20", "1x5", "--layers", "2", "--rounds", "1", "--steps", "--out", str(out)]) == 0
     doc = json.loads(out.read_text())
     assert doc["benchmark"] == "decode_attention" and doc["kernel"].startswith("built by ")
     assert set(doc["results_us_per_layer"]) == {"2x20", "1x5"}
     for case in doc["results_us_per_layer"].values():
         assert set(case) == {"native", "grouped", "native_vs_grouped"}
         assert all(case[k]["cold"] > 0 and case[k]["hot"] > 0 for k in ("native", "grouped"))
+    assert set(doc["steps_ms"]) == {"2x20", "1x5"}  # whole decode steps of the default model
+    assert all(case["native"] > 0 and case["grouped"] > 0 for case in doc["steps_ms"].values())
