@@ -23,6 +23,8 @@ from typing import Any
 
 import torch
 
+from engine.user_cache import cache_dir
+
 log = logging.getLogger("tokenwire.engine")
 
 SOURCE = Path(__file__).with_name("native") / "decode_attention.c"
@@ -131,8 +133,6 @@ def build(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
 def load(cache: Path | None = None) -> Loaded:
     """The kernel for this machine, built first if it is not in the cache yet: with OpenMP, else
     for one thread, else None and the compiler's complaint."""
-    from server.assets.cache import cache_dir
-
     compiler = _compiler()
     if compiler is None:
         return Loaded(None, f"no C compiler ({os.environ.get('CC') or 'cc'} not found)")

@@ -28,19 +28,12 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import platformdirs
+# the directory itself is engine/user_cache.py's decision (the engine's built kernels live there too)
+from engine.user_cache import CACHE_ENV as CACHE_ENV
+from engine.user_cache import cache_dir as cache_dir
 
 MANIFEST = ".tokenwire-manifest.json"
 HASH_LIMIT = 32 * 1024 * 1024  # files up to this size are re-hashed on every check
-CACHE_ENV = "TOKENWIRE_CACHE_DIR"
-
-
-def cache_dir() -> Path:
-    """``$TOKENWIRE_CACHE_DIR`` if set, else the platform's user cache dir for tokenwire."""
-    env = os.environ.get(CACHE_ENV)
-    if env:
-        return Path(env).expanduser().resolve()
-    return Path(platformdirs.user_cache_dir("tokenwire"))
 
 
 def asset_path(name: str) -> Path:

@@ -116,10 +116,12 @@ def test_the_native_kernel_gives_the_same_bits_on_any_thread_count_with_one_open
     finally:
         torch.set_num_threads(before)
     assert one is not None and two is not None and torch.equal(one, two)
-    # the kernel's OpenMP is the runtime torch loaded, not a second one beside it
+    # the kernel's OpenMP (soname libgomp.so.1) is the runtime torch loaded, not the system's beside it;
+    # wheels may vendor their own under other sonames (sentencepiece does), which the kernel cannot bind to
     maps = Path("/proc/self/maps").read_text().splitlines()
     runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
-    assert len(runtimes) == 1, runtimes
+    assert str(Path(torch.__file__).parent / "lib" / "libgomp.so.1") in runtimes, runtimes
+    assert {r for r in runtimes if "site-packages" not in r} == set(), runtimes
 
 
 def test_the_native_kernel_declines_what_it_does_not_take(kernel: native.NativeAttention) -> None:
