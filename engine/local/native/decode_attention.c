@@ -201,6 +201,10 @@ static void head64(const Head *a) {
     const __m512 scale = _mm512_set1_ps(a->scale);
     int64_t j = 0;
     for (; j + 16 <= t; j += 16) {
+        for (int jj = 0; jj < 16 && j < 64; jj++) { /* V's first rows, while q.K runs */
+            _mm_prefetch((const char *)(a->v + (j + jj) * a->vst), _MM_HINT_T1);
+            _mm_prefetch((const char *)(a->v + (j + jj) * a->vst + 32), _MM_HINT_T1);
+        }
         for (int64_t g = 0; g < groups; g++) {
             __m512 v[16];
             for (int jj = 0; jj < 16; jj++) {
