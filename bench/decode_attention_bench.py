@@ -36,6 +36,11 @@ def parse_case(text: str) -> tuple[int, int]:
     return int(rows), int(positions)
 
 
+def lengths(rows: int, positions: int) -> list[int]:
+    """Each row's length, ragged as a step's rows are: the longest is ``positions``."""
+    return [positions - (i * 7) % max(1, positions // 4) for i in range(rows)]
+
+
 def measure(kernels: dict[str, Callable[..., Any]], rows: int, positions: int, layers: int, rounds: int
             ) -> dict[str, dict[str, float]]:
     import torch
@@ -46,8 +51,7 @@ def measure(kernels: dict[str, Callable[..., Any]], rows: int, positions: int, l
           for _ in range(layers)]
     vs = [torch.randn(rows, HKV, positions + 64, D, generator=gen).to(torch.bfloat16)[:, :, :positions]
           for _ in range(layers)]
-    lengths = torch.tensor([positions - (i * 7) % max(1, positions // 4) for i in range(rows)])
-    mask = (torch.arange(positions)[None, :] < lengths[:, None])[:, None, None, :]
+    mask = (torch.arange(positions)[None, :] < torch.tensor(lengths(rows, positions))[:, None])[:, None, None, :]
     flush = torch.zeros(16 * 1024 * 1024)  # 64 MB
     scale = D ** -0.5
     times: dict[str, dict[str, list[float]]] = {k: {"cold": [], "hot": []} for k in kernels}
@@ -86,7 +90,7 @@ def measure_steps(cases: list[tuple[int, int]], rounds: int) -> dict[str, dict[s
     out = {}
     try:
         for rows, positions in cases:
-            pos, mask, plan = runner._decode_inputs([positions - (i * 7) % max(1, positions // 4) for i in range(rows)])
+            pos, mask, plan = runner._decode_inputs(lengths(rows, positions))
             ids = torch.randint(0, 1000, (rows, 1))
             with torch.inference_mode():
                 lean(ids, pos[:, None], mask, plan, kv)  # allocates the layers' KV buffers

@@ -7,14 +7,12 @@ set -euo pipefail
 if command -v chromium >/dev/null 2>&1; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
+status=0
+bash "$(dirname "$0")/apt-install.sh" chromium fonts-dejavu-core || status=$?
+if [ "$status" -eq 3 ]; then
     echo "scripts/install-browser.sh: no chromium and no apt-get; install Chromium and put it on PATH" \
          "(the browser tests, marked 'browser', fail without it; deselect them with -m 'not browser')." >&2
     exit 0  # let the rest of the suite run
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "installing chromium (Debian package)…" >&2
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends chromium fonts-dejavu-core >/dev/null
+[ "$status" -eq 0 ] || exit "$status"
 command -v chromium >/dev/null

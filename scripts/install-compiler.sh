@@ -7,14 +7,12 @@ set -euo pipefail
 if command -v "${CC:-cc}" >/dev/null 2>&1; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
+status=0
+bash "$(dirname "$0")/apt-install.sh" gcc libc6-dev || status=$?
+if [ "$status" -eq 3 ]; then
     echo "scripts/install-compiler.sh: no C compiler and no apt-get; install gcc or clang as cc" \
          "(the local engine then decodes with its slower grouped attention)." >&2
     exit 0  # let the rest run
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "installing gcc (Debian package)…" >&2
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends gcc libc6-dev >/dev/null
+[ "$status" -eq 0 ] || exit "$status"
 command -v "${CC:-cc}" >/dev/null

@@ -6,14 +6,12 @@ set -euo pipefail
 if command -v haproxy >/dev/null 2>&1 || [ -x /usr/sbin/haproxy ]; then
     exit 0
 fi
-if ! command -v apt-get >/dev/null 2>&1; then
+status=0
+bash "$(dirname "$0")/apt-install.sh" haproxy || status=$?
+if [ "$status" -eq 3 ]; then
     echo "scripts/install-haproxy.sh: no haproxy and no apt-get; install HAProxy (>= 2.4) and put it on PATH" \
          "(the deployment tests, tests/e2e/test_deploy_*.py, fail without it)." >&2
     exit 0  # let the rest of the suite run
 fi
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-echo "installing haproxy (Debian package)…" >&2
-$SUDO apt-get update -qq
-DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends haproxy >/dev/null
+[ "$status" -eq 0 ] || exit "$status"
 command -v haproxy >/dev/null || [ -x /usr/sbin/haproxy ]

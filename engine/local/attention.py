@@ -74,25 +74,31 @@ def _decode_call(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor
                 or query.shape[1] % key.shape[1] or any(kwargs.get(k) is not None for k in _UNHANDLED))
 
 
-def _grouped(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
-             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
-             **kwargs: Any) -> tuple[torch.Tensor, None]:
+def _attend(kernel: native.NativeAttention | None, module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor,
+            value: torch.Tensor, attention_mask: torch.Tensor | None, dropout: float, scaling: float | None,
+            kwargs: dict[str, Any]) -> tuple[torch.Tensor, None]:
+    """A decode call through ``kernel`` where given and it takes the call, else the grouped
+    matmuls; any other call through transformers' SDPA."""
     if not _decode_call(module, query, key, dropout, kwargs):
         return sdpa_attention_forward(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling,
                                       **kwargs)
     mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[-2]]
-    return decode_attention(query, key, value, mask, query.shape[-1] ** -0.5 if scaling is None else scaling), None
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if kernel is not None and (out := kernel(query, key, value, mask, scale)) is not None:
+        return out, None
+    return decode_attention(query, key, value, mask, scale), None
+
+
+def _grouped(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+             attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+             **kwargs: Any) -> tuple[torch.Tensor, None]:
+    return _attend(None, module, query, key, value, attention_mask, dropout, scaling, kwargs)
 
 
 def _native_first(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                   attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
                   **kwargs: Any) -> tuple[torch.Tensor, None]:
-    if _native is not None and _decode_call(module, query, key, dropout, kwargs):
-        mask = None if attention_mask is None else attention_mask[:, :, :, : key.shape[-2]]
-        out = _native(query, key, value, mask, query.shape[-1] ** -0.5 if scaling is None else scaling)
-        if out is not None:
-            return out, None
-    return _grouped(module, query, key, value, attention_mask, dropout=dropout, scaling=scaling, **kwargs)
+    return _attend(_native, module, query, key, value, attention_mask, dropout, scaling, kwargs)
 
 
 def register() -> str:

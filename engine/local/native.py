@@ -98,12 +98,16 @@ def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC") or "cc")
 
 
-def library_path(cache: Path, compiler: str, flags: tuple[str, ...]) -> Path:
-    """Where the kernel built by ``compiler`` with ``flags`` on this CPU lives under ``cache``."""
+def _version(compiler: str) -> str:
     try:
-        version = subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
+        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
     except (OSError, subprocess.SubprocessError):
-        version = ""
+        return ""
+
+
+def library_path(cache: Path, version: str, flags: tuple[str, ...]) -> Path:
+    """Where the kernel built with ``flags`` by the compiler that printed ``version`` on this CPU
+    lives under ``cache``."""
     digest = hashlib.sha256()
     for part in (SOURCE.read_bytes(), " ".join(flags).encode(), version.encode(), _cpu_identity().encode(),
                  platform.machine().encode()):
@@ -137,9 +141,10 @@ def load(cache: Path | None = None) -> Loaded:
     if compiler is None:
         return Loaded(None, f"no C compiler ({os.environ.get('CC') or 'cc'} not found)")
     failures = []
+    version, root = _version(compiler), cache or cache_dir()
     for name, extra in VARIANTS:
         flags = (*FLAGS, *extra)
-        target = library_path(cache or cache_dir(), compiler, flags)
+        target = library_path(root, version, flags)
         try:
             if not target.exists():
                 log.info("building the native decode attention (%s) with %s, once per machine", name, compiler)
