@@ -132,10 +132,10 @@ def main(argv: list[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     loaded = native.load()
-    if loaded.kernel is None:
+    if loaded.library is None:
         print(f"decode_attention_bench: no native kernel ({loaded.detail})", file=sys.stderr)
         return 1
-    kernel = loaded.kernel
+    kernel = loaded.library.attention
     kernels: dict[str, Callable[..., Any]] = {"native": kernel, "grouped": decode_attention}
     results = {}
     for rows, positions in args.cases:

@@ -6,7 +6,8 @@ tokens/s and the median time to first token, medians of the rounds, and how many
 engine ran at each thread count. ``2:adaptive:forward`` runs each forward's output projection at
 that forward's count, as before the projection had a plan of its own (the A/B of that change);
 ``1:fixed:grouped`` decodes with the grouped matmuls instead of the native attention kernel (the
-A/B of that one).
+A/B of that one), and ``1:fixed:onednn`` runs the linears with oneDNN's kernel instead of the
+native one (engine/local/packed.py).
 
 The OpenMP wait policy is the process's (passive unless ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT``
 is set, as under ``tokenwire serve``); libgomp reads it once, so compare policies across runs.
@@ -35,27 +36,30 @@ from engine.local.omp import prefer_passive_wait
 
 LOGITS = ("own", "forward")  # the output projection's thread count: its own plan's, or its forward's
 ATTENTION = ("native", "grouped")  # the bf16 decode attention (engine/local/attention.py)
+LINEAR = ("onednn",)  # the bf16 linears' kernel when not the default native one (engine/local/packed.py)
+USAGE = "THREADS:PLAN[:LOGITS][:ATTENTION][:onednn]"
 
 
-def parse_engine(text: str) -> tuple[int, str, str, str]:
-    """``N:plan[:logits][:attention]`` (``plan``: adaptive or fixed; ``logits``: ``own``, the
-    default, or ``forward``, the output projection at its forward's count as before it had a plan
-    of its own; ``attention``: ``native``, the default, or ``grouped``) → (N, plan, logits,
-    attention)."""
+def parse_engine(text: str) -> tuple[int, str, str, str, str]:
+    """``N:plan[:logits][:attention][:onednn]`` (``plan``: adaptive or fixed; ``logits``: ``own``,
+    the default, or ``forward``, the output projection at its forward's count as before it had a
+    plan of its own; ``attention``: ``native``, the default, or ``grouped``; ``onednn``: oneDNN's
+    linears) → (N, plan, logits, attention, linear kernel)."""
     from engine.local.threads import resolve_plan
 
     n, _, rest = text.partition(":")
     plan, *options = rest.split(":")
     if not n.isdigit() or int(n) < 1:
-        raise argparse.ArgumentTypeError(f"{text!r}: use THREADS:PLAN[:LOGITS][:ATTENTION], e.g. 2:adaptive")
-    unknown = [o for o in options if o not in LOGITS + ATTENTION]
+        raise argparse.ArgumentTypeError(f"{text!r}: use {USAGE}, e.g. 2:adaptive")
+    unknown = [o for o in options if o not in LOGITS + ATTENTION + LINEAR]
     if unknown:
         raise argparse.ArgumentTypeError(f"{text!r}: LOGITS is one of {', '.join(LOGITS)}, "
-                                         f"ATTENTION one of {', '.join(ATTENTION)}")
+                                         f"ATTENTION one of {', '.join(ATTENTION)}; or onednn")
     logits = next((o for o in options if o in LOGITS), "own")
     attention = next((o for o in options if o in ATTENTION), "native")
+    linear = "onednn" if "onednn" in options else "native"
     try:
-        return int(n), resolve_plan(plan), logits, attention
+        return int(n), resolve_plan(plan), logits, attention, linear
     except ValueError as exc:
         raise argparse.ArgumentTypeError(f"{text!r}: {exc}") from None
 
@@ -91,16 +95,17 @@ async def main_async(args: argparse.Namespace, model: Path, prompts: list[list[i
     from engine.local.threads import ThreadPlan
 
     engines: dict[str, Any] = {}
-    for n, plan, logits, attention in args.engines:
+    for n, plan, logits, attention, linear in args.engines:
         e = LocalEngine(model, model_name=model.name, max_model_len=2048, max_num_seqs=max(args.concurrency),
                         num_threads=n, thread_plan=plan)
         os.environ["TOKENWIRE_DECODE_ATTENTION"] = attention  # read when the engine loads its model
+        os.environ["TOKENWIRE_LINEAR_KERNEL"] = linear
         await e.start()
         if logits == "forward":  # an untimed one-thread plan leaves torch at the forward's count
             e.runner.logits_threads = ThreadPlan(1)
         await run_engine(e, prompts[:4], 8)
         engines[f"{n}:{plan}" + (":forward" if logits == "forward" else "")
-                + (":grouped" if attention == "grouped" else "")] = e
+                + (":grouped" if attention == "grouped" else "") + (":onednn" if linear == "onednn" else "")] = e
     samples: dict[str, dict[int, list[tuple[float, float]]]] = {k: {c: [] for c in args.concurrency} for k in engines}
     loads = [os.getloadavg()[0]]
     try:
@@ -133,7 +138,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engines", type=parse_engine, nargs="+",
                    default=[(2, "adaptive", "own", "native"), (2, "fixed", "own", "native"),
                             (1, "fixed", "own", "native")],
-                   metavar="THREADS:PLAN[:LOGITS][:ATTENTION]")
+                   metavar=USAGE)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)

@@ -30,7 +30,7 @@ _REDUCED = (torch.bfloat16, torch.float16)
 _UNHANDLED = ("s_aux", "sinks", "softcap", "position_bias", "cache")
 MODES = ("native", "grouped", "sdpa")
 _native: native.NativeAttention | None = None  # set by register(): the kernel NAME's decode calls take
-_native_loaded: native.Loaded | None = None  # built or found once per process
+_native_loaded: native.Loaded | None = None  # native.shared(): built or found once per process
 
 
 def mode() -> str:
@@ -117,11 +117,8 @@ def register() -> str:
     if mode() != "native":
         return GROUPED
     if _native_loaded is None:
-        _native_loaded = native.load()
-        if _native_loaded.kernel is None:
-            log.warning("native decode attention unavailable (%s): decoding with grouped matmuls",
-                        _native_loaded.detail)
-    _native = _native_loaded.kernel
+        _native_loaded = native.shared()
+    _native = _native_loaded.library.attention if _native_loaded.library else None
     return NAME if _native is not None else GROUPED
 
 

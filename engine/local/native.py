@@ -1,10 +1,11 @@
-"""The local engine's native decode attention (``native/decode_attention.c``): built once per
-machine with its C compiler (``$CC``, else ``cc``; ``-O3 -march=native``, about half a second)
-into ``<cache>/kernels/``, keyed by the source, the flags, the compiler and the CPU, and loaded
-with ctypes (no torch headers, nothing built at install). Where no compiler is found or the
-build fails, :func:`load` says why and the engine keeps its grouped matmuls
-(``engine/local/attention.py``). What it costs and changes: docs/engine.md, "Decode attention in
-bf16".
+"""The local engine's native kernels: decode attention (``native/decode_attention.c``) and bf16
+linear layers (``native/linear.c``), one library built once per machine with its C compiler
+(``$CC``, else ``cc``; ``-O3 -march=native``, about a second) into ``<cache>/kernels/``, keyed by
+the sources, the flags, the compiler and the CPU, and loaded with ctypes (no torch headers,
+nothing built at install). Where no compiler is found or the build fails, :func:`load` says why
+and the engine keeps its grouped matmuls (``engine/local/attention.py``) and oneDNN's linears
+(``engine/local/packed.py``). What they cost and change: docs/engine.md, "Decode attention in
+bf16" and "Linear layers".
 """
 
 from __future__ import annotations
@@ -27,23 +28,35 @@ from engine.user_cache import cache_dir
 
 log = logging.getLogger("tokenwire.engine")
 
-SOURCE = Path(__file__).with_name("native") / "decode_attention.c"
+SOURCES = tuple(Path(__file__).with_name("native") / name for name in ("decode_attention.c", "linear.c"))
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC")
 # With OpenMP first (the threads torch is set to share the rows); where the compiler has none, one thread.
 VARIANTS = (("openmp", ("-fopenmp",)), ("one thread", ("-fopenmp-simd",)))
 MAX_GROUP, MAX_DIM = 32, 512  # as the source's limits
 GRAIN = 32768  # elements of K below which one thread does it all (torch's own operators' grain size)
+LINEAR_GRAIN = 1 << 20  # multiply-adds below which one thread does a whole product
 BUILD_TIMEOUT_S = 120
 
 _I, _P = ctypes.c_int64, ctypes.c_void_p
 _ARGS: list[Any] = [_I, _I, _I, _I, _I, ctypes.c_float, _P, _I, _I, _P, _I, _I, _I, _P, _I, _I, _I, _P, _I, _P, _P, _I]
 
 
+class Library:
+    """The built library at ``path`` and its two kernels."""
+
+    def __init__(self, path: Path, *, parallel: bool) -> None:
+        self.path = path
+        self.parallel = parallel  # built with OpenMP: work shared among torch's threads
+        lib = ctypes.CDLL(str(path))
+        self.attention = NativeAttention(lib, parallel=parallel)
+        self.linear = NativeLinear(lib, parallel=parallel)
+
+
 @dataclass(frozen=True, slots=True)
 class Loaded:
-    """The outcome of :func:`load`: the kernel, or None and why."""
+    """The outcome of :func:`load`: the library, or None and why."""
 
-    kernel: NativeAttention | None
+    library: Library | None
     detail: str
 
 
@@ -53,10 +66,9 @@ class NativeAttention:
     not contiguous, an additive mask, more than 32 query heads per key-value head). Its bits do
     not depend on the batch or on the thread count."""
 
-    def __init__(self, path: Path, *, parallel: bool) -> None:
-        self.path = path
+    def __init__(self, lib: ctypes.CDLL, *, parallel: bool) -> None:
         self.parallel = parallel  # built with OpenMP: rows shared among torch's threads
-        self._fn = ctypes.CDLL(str(path)).tw_decode_attention
+        self._fn = lib.tw_decode_attention
         self._fn.argtypes = _ARGS
         self._fn.restype = ctypes.c_int
 
@@ -84,6 +96,56 @@ class NativeAttention:
         return out if status == 0 else None
 
 
+class NativeLinear:
+    """The bf16 linear kernel: :meth:`pack` a weight once, then :meth:`__call__` computes
+    ``F.linear`` with it (fp32 sums in input order, one rounding). Each output's bits depend on its
+    row and weights alone: not on the number of rows, the thread count or sibling outputs packed
+    beside it. ``vector``: the AVX512-BF16 path was compiled in (else portable loops)."""
+
+    def __init__(self, lib: ctypes.CDLL, *, parallel: bool) -> None:
+        self.parallel = parallel
+        self.vector = bool(lib.tw_linear_vector())
+        self._size = lib.tw_linear_packed_size
+        self._size.argtypes, self._size.restype = [_I, _I], _I
+        self._pack = lib.tw_linear_pack
+        self._pack.argtypes, self._pack.restype = [_I, _I, _P, _I, _P], None
+        self._fn = lib.tw_linear
+        self._fn.argtypes, self._fn.restype = [_I, _I, _I, _P, _I, _P, _P, _P, _I, _I], ctypes.c_int
+
+    def pack(self, weight: torch.Tensor) -> torch.Tensor:
+        """``weight`` ``[out, in]`` bf16 in the kernel's layout (a new tensor)."""
+        if weight.dtype != torch.bfloat16 or weight.dim() != 2:
+            raise ValueError(f"the native linear packs 2-d bf16 weights, not {weight.dtype} {tuple(weight.shape)}")
+        w = weight if weight.stride(1) == 1 else weight.contiguous()
+        out = torch.empty(self._size(*w.shape), dtype=torch.bfloat16)
+        self._pack(w.shape[0], w.shape[1], w.data_ptr(), w.stride(0), out.data_ptr())
+        return out
+
+    @staticmethod
+    def pack_bias(bias: torch.Tensor | None) -> torch.Tensor | None:
+        """``bias`` as the kernel reads it: fp32, zero padded to whole panels of 64 outputs."""
+        if bias is None:
+            return None
+        out = torch.zeros(-(-bias.numel() // 64) * 64, dtype=torch.float32)
+        out[: bias.numel()] = bias.detach().float()
+        return out
+
+    def __call__(self, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None, n: int) -> torch.Tensor:
+        """``F.linear(x, weight, bias)`` for the ``n``-output weight ``packed`` by :meth:`pack` and
+        ``bias`` from :meth:`pack_bias`."""
+        k = x.shape[-1]
+        if x.dtype != torch.bfloat16:
+            raise TypeError(f"the native linear takes bf16 inputs, not {x.dtype}")
+        rows = x.reshape(-1, k) if x.stride(-1) == 1 else x.contiguous().reshape(-1, k)
+        m = rows.shape[0]
+        out = torch.empty(*x.shape[:-1], n, dtype=torch.bfloat16)
+        threads = torch.get_num_threads() if self.parallel and m * n * k >= LINEAR_GRAIN else 1
+        if m and self._fn(m, k, n, rows.data_ptr(), rows.stride(0), packed.data_ptr(),
+                          None if bias is None else bias.data_ptr(), out.data_ptr(), n, threads) != 0:
+            raise ValueError(f"the native linear does not take {m} x {k} -> {n}")
+        return out
+
+
 def _cpu_identity() -> str:
     """What ``-march=native`` depends on: the CPU's model and feature flags."""
     try:
@@ -106,24 +168,24 @@ def _version(compiler: str) -> str:
 
 
 def library_path(cache: Path, version: str, flags: tuple[str, ...]) -> Path:
-    """Where the kernel built with ``flags`` by the compiler that printed ``version`` on this CPU
+    """Where the library built with ``flags`` by the compiler that printed ``version`` on this CPU
     lives under ``cache``."""
     digest = hashlib.sha256()
-    for part in (SOURCE.read_bytes(), " ".join(flags).encode(), version.encode(), _cpu_identity().encode(),
-                 platform.machine().encode()):
+    for part in (*(s.read_bytes() for s in SOURCES), " ".join(flags).encode(), version.encode(),
+                 _cpu_identity().encode(), platform.machine().encode()):
         digest.update(part)
         digest.update(b"\0")
-    return cache / "kernels" / f"decode_attention-{digest.hexdigest()[:16]}.so"
+    return cache / "kernels" / f"tokenwire-{digest.hexdigest()[:16]}.so"
 
 
 def build(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
-    """Compile the source into ``target`` (atomically: a partly written file never has its name).
+    """Compile the sources into ``target`` (atomically: a partly written file never has its name).
     Raises ``RuntimeError`` with the compiler's message."""
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=target.name, suffix=".tmp", dir=target.parent)
     os.close(fd)
     try:
-        done = subprocess.run([compiler, *flags, "-o", tmp, str(SOURCE)], capture_output=True, text=True,
+        done = subprocess.run([compiler, *flags, "-o", tmp, *map(str, SOURCES)], capture_output=True, text=True,
                               timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
@@ -134,8 +196,22 @@ def build(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def shared() -> Loaded:
+    """:func:`load` once per process (the attention and the linears share it)."""
+    global _shared
+    if _shared is None:
+        _shared = load()
+        if _shared.library is None:
+            log.warning("native kernels unavailable (%s): grouped attention matmuls and oneDNN linears instead",
+                        _shared.detail)
+    return _shared
+
+
+_shared: Loaded | None = None
+
+
 def load(cache: Path | None = None) -> Loaded:
-    """The kernel for this machine, built first if it is not in the cache yet: with OpenMP, else
+    """The library for this machine, built first if it is not in the cache yet: with OpenMP, else
     for one thread, else None and the compiler's complaint."""
     compiler = _compiler()
     if compiler is None:
@@ -147,9 +223,9 @@ def load(cache: Path | None = None) -> Loaded:
         target = library_path(root, version, flags)
         try:
             if not target.exists():
-                log.info("building the native decode attention (%s) with %s, once per machine", name, compiler)
+                log.info("building the native kernels (%s) with %s, once per machine", name, compiler)
                 build(target, compiler, flags)
-            return Loaded(NativeAttention(target, parallel=name == "openmp"), f"built by {compiler}, {name}")
+            return Loaded(Library(target, parallel=name == "openmp"), f"built by {compiler}, {name}")
         except (RuntimeError, OSError, AttributeError) as exc:
             failures.append(f"{name}: {exc}")
     return Loaded(None, "build failed: " + "; ".join(failures))

@@ -1,36 +1,76 @@
 """Prepacked linear weights for the CPU engine in bf16 (issue 22): each decoder and output-projection
-weight is reordered into oneDNN's blocked layout once at load, not on every ``F.linear`` call; the
-same kernel runs, so the results are the same bits (checked at load per weight shape). Sibling
-linears that read the same input (an attention's q/k/v, an MLP's gate/up) share one packed product
-of their concatenated weights (:class:`FusedProduct`), also checked bit for bit against the
-separate products. ``TOKENWIRE_PACKED_LINEAR=0`` turns it off. Why, what is packed and what it costs in memory:
-docs/engine.md, "Linear layers: prepacked weights in bf16".
+weight is packed once at load, not on every ``F.linear`` call, and sibling linears that read the
+same input (an attention's q/k/v, an MLP's gate/up) share one product of their concatenated
+weights (:class:`FusedProduct`). ``TOKENWIRE_LINEAR_KERNEL`` picks the kernel: ``native`` (the
+default; engine/local/native/linear.c, where it is built with AVX512-BF16: its own sums, checked
+at load against float64 per weight shape) or ``onednn`` (torch's oneDNN kernel on a prepacked
+weight: ``F.linear``'s bits, checked at load). ``TOKENWIRE_PACKED_LINEAR=0`` turns packing off.
+Why, what is packed and what it costs: docs/engine.md, "Linear layers".
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Any, Protocol, cast
 
 import torch
 
+from engine.local import native
+
 log = logging.getLogger("tokenwire.engine")
+
+KERNELS = ("native", "onednn")
+
+
+class Product(Protocol):
+    """A packed weight and its bias: ``product(x)`` is ``F.linear(x, weight, bias)``."""
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor: ...
+
+
+class OneDnnProduct:
+    """oneDNN's kernel on the weight in its blocked layout: ``F.linear``'s bits."""
+
+    __slots__ = ("bias", "packed")
+
+    def __init__(self, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.packed = torch.ops.mkldnn._reorder_linear_weight(weight, 1)  # an opaque mkldnn tensor
+        self.bias = bias
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
+        return out
+
+
+class NativeProduct:
+    """The native kernel (engine/local/native.py) on the weight in its panel layout."""
+
+    __slots__ = ("bias", "kernel", "n", "packed")
+
+    def __init__(self, kernel: native.NativeLinear, weight: torch.Tensor, bias: torch.Tensor | None) -> None:
+        self.kernel = kernel
+        self.packed = kernel.pack(weight)
+        self.bias = kernel.pack_bias(bias)
+        self.n = int(weight.shape[0])
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.kernel(x, self.packed, self.bias, self.n)
 
 
 class PackedLinear(torch.nn.Module):
-    """``nn.Linear`` with its weight in oneDNN's blocked layout (bf16, CPU)."""
+    """``nn.Linear`` with its weight packed (bf16, CPU): not a parameter, never in a state dict."""
 
-    def __init__(self, linear: torch.nn.Linear, packed: torch.Tensor) -> None:
+    def __init__(self, linear: torch.nn.Linear, product: Product) -> None:
         super().__init__()
         self.in_features = linear.in_features
         self.out_features = linear.out_features
-        self.packed = packed  # an opaque mkldnn tensor: not a parameter, never in a state dict
+        self.product = product
         self.bias = linear.bias
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        return out
+        return self.product(x)
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -40,11 +80,10 @@ class FusedProduct:
     """One packed product for sibling linears that read the same input (q/k/v, gate/up): the first
     of them to see an input computes every sibling's output, and each takes its slice (a view)."""
 
-    __slots__ = ("_input", "_left", "_parts", "bias", "packed", "sizes")
+    __slots__ = ("_input", "_left", "_parts", "product", "sizes")
 
-    def __init__(self, packed: torch.Tensor, bias: torch.Tensor | None, sizes: list[int]) -> None:
-        self.packed = packed
-        self.bias = bias
+    def __init__(self, product: Product, sizes: list[int]) -> None:
+        self.product = product
         self.sizes = sizes
         self._input: torch.Tensor | None = None
         self._parts: tuple[torch.Tensor, ...] = ()
@@ -53,8 +92,7 @@ class FusedProduct:
     def whole(self, x: torch.Tensor) -> torch.Tensor:
         """Every sibling's output side by side, ``[..., sum(sizes)]`` (engine/local/lean_decode.py
         takes q's and k's together from it)."""
-        out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x, self.packed, self.bias, "none", [], "")
-        return out
+        return self.product(x)
 
     def part(self, x: torch.Tensor, index: int) -> torch.Tensor:
         # The same tensor object, held here until every sibling took its part, so its id cannot be
@@ -96,7 +134,16 @@ def enabled() -> bool:
     return os.environ.get("TOKENWIRE_PACKED_LINEAR", "1").strip().lower() not in ("0", "false", "off", "no")
 
 
-def _available() -> bool:
+def kernel_setting() -> str:
+    """``TOKENWIRE_LINEAR_KERNEL``: one of :data:`KERNELS`, ``native`` when unset; any other
+    value is named in a warning and ignored."""
+    value = os.environ.get("TOKENWIRE_LINEAR_KERNEL", "").strip().lower()
+    if value and value not in KERNELS:
+        log.warning("ignoring TOKENWIRE_LINEAR_KERNEL=%r (use 'native' or 'onednn')", value)
+    return value if value in KERNELS else "native"
+
+
+def _onednn_available() -> bool:
     if not cast(Any, torch.backends.mkldnn).is_available():
         return False
     try:
@@ -107,16 +154,34 @@ def _available() -> bool:
     return True
 
 
+Maker = Callable[[torch.Tensor, "torch.Tensor | None"], Product]
+
+
+def _kernel() -> tuple[Maker | None, bool, str]:
+    """The kernel the setting and this machine give: (how to make a product, or None where there
+    is none; whether it must give ``F.linear``'s bits; the kernel in words)."""
+    why = ""
+    if kernel_setting() == "native":
+        loaded = native.shared()
+        lib = loaded.library
+        if lib is not None and lib.linear.vector:
+            kernel = lib.linear
+            return (lambda w, b: NativeProduct(kernel, w, b)), False, f"native bf16 ({loaded.detail})"
+        why = f"; native kernel: {loaded.detail if lib is None else 'built without AVX512-BF16'}"
+    if not _onednn_available():
+        return None, True, "this torch build has no oneDNN linear" + why
+    return OneDnnProduct, True, "oneDNN packed (bf16" + why + ")"
+
+
 def pack_linears(model: Any, dtype: torch.dtype, wanted: bool | None = None) -> tuple[int, str]:
     """Replace the bf16 CPU linears of ``model``'s decoder and output projection with
-    :class:`PackedLinear` (``wanted``: None follows ``TOKENWIRE_PACKED_LINEAR``). Returns (how
-    many were packed, why or why not), for the log and ``/engine/stats``."""
+    :class:`PackedLinear` and :class:`FusedPart` (``wanted``: None follows
+    ``TOKENWIRE_PACKED_LINEAR``). Returns (how many were packed, the kernel or why none), for the
+    log and ``/engine/stats``."""
     if not (enabled() if wanted is None else wanted):
         return 0, "off"
     if dtype != torch.bfloat16:
         return 0, f"not packed: {str(dtype).removeprefix('torch.')} (bf16 only)"
-    if not _available():
-        return 0, "not packed: this torch build has no oneDNN linear"
     targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]] = []
     try:
         roots = [model.get_decoder(), model.get_output_embeddings()]
@@ -131,39 +196,40 @@ def pack_linears(model: Any, dtype: torch.dtype, wanted: bool | None = None) -> 
     targets = [t for t in targets if t[2].weight.device.type == "cpu" and t[2].weight.dtype == torch.bfloat16]
     if not targets:
         return 0, "not packed: no bf16 linear on the CPU"
-    fused = _fuse_siblings(targets)
+    make, exact, kernel = _kernel()
+    if make is None:
+        return 0, f"not packed: {kernel}"
+    fused = _fuse_siblings(targets, make, exact)
     done = {id(m) for _, _, members, _ in fused for m in members}
-    packed: dict[int, torch.Tensor] = {}
+    packed: dict[int, Product] = {}
     checked: set[tuple[int, int, bool]] = set()
     with torch.inference_mode():
         for _, _, linear in targets:
             if id(linear) in done:
                 continue
-            weight = linear.weight.detach()
-            pw = torch.ops.mkldnn._reorder_linear_weight(weight, 1)
+            product = make(linear.weight.detach(), linear.bias)
             shape = (linear.out_features, linear.in_features, linear.bias is not None)
             if shape not in checked:
-                if not _same_bits(linear, pw):
-                    return 0, "not packed: oneDNN's packed product differs from F.linear on this CPU"
+                if not _agrees([linear], FusedProduct(product, [linear.out_features]), exact):
+                    return 0, f"not packed: the {kernel} product differs from F.linear on this CPU"
                 checked.add(shape)
-            packed[id(linear)] = pw
+            packed[id(linear)] = product
     for parent, name, linear in targets:
         if id(linear) not in done:
             setattr(parent, name, PackedLinear(linear, packed[id(linear)]))
-    for parent, names, members, product in fused:
+    for parent, names, members, fused_product in fused:
         for index, (name, linear) in enumerate(zip(names, members, strict=True)):
-            setattr(parent, name, FusedPart(linear, product, index))
+            setattr(parent, name, FusedPart(linear, fused_product, index))
     _own_the_rest(model)
-    kernel = "oneDNN packed (bf16)"
     if fused:
         kernel += f", {len(fused)} sibling groups fused"
     return len(targets), kernel
 
 
-def _fuse_siblings(targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]]
+def _fuse_siblings(targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]], make: Maker, exact: bool
                    ) -> list[tuple[torch.nn.Module, tuple[str, ...], list[torch.nn.Linear], FusedProduct]]:
     """Pack each group of :data:`FUSABLE` siblings (same input size, all with or all without a
-    bias) as one product, where it gives the same bits as the separate products."""
+    bias) as one product, where each sibling's slice passes :func:`_agrees`."""
     children: dict[int, tuple[torch.nn.Module, dict[str, torch.nn.Linear]]] = {}
     for parent, name, linear in targets:
         children.setdefault(id(parent), (parent, {}))[1][name] = linear
@@ -179,11 +245,10 @@ def _fuse_siblings(targets: list[tuple[torch.nn.Module, str, torch.nn.Linear]]
                     continue
                 weight = torch.cat([m.weight.detach() for m in members])
                 bias = None if members[0].bias is None else torch.cat([m.bias.detach() for m in members])
-                product = FusedProduct(torch.ops.mkldnn._reorder_linear_weight(weight, 1), bias,
-                                       [m.out_features for m in members])
+                product = FusedProduct(make(weight, bias), [m.out_features for m in members])
                 shape = (tuple(m.out_features for m in members), members[0].in_features, bias is not None)
                 if shape not in verdicts:
-                    verdicts[shape] = _fused_same_bits(members, product)
+                    verdicts[shape] = _agrees(members, product, exact)
                 if verdicts[shape]:
                     out.append((parent, names, members, product))
     return out
@@ -207,18 +272,30 @@ def children(root: torch.nn.Module) -> list[tuple[torch.nn.Module, str, torch.nn
     return [(parent, name, child) for parent in root.modules() for name, child in parent.named_children()]
 
 
-def _fused_same_bits(members: list[torch.nn.Linear], product: FusedProduct) -> bool:
-    """The product's slices equal each member's ``F.linear`` bit for bit, at a decode and a
-    prefill shape (one member: a plain packed weight)."""
+def _agrees(members: list[torch.nn.Linear], product: FusedProduct, exact: bool) -> bool:
+    """Each member's slice of the product, at a decode and a prefill shape, equals its ``F.linear``
+    bit for bit (``exact``) or is within :func:`error_bound` of the float64 product."""
     gen = torch.Generator().manual_seed(22)
     for rows in (1, 7):
         x = torch.randn(rows, members[0].in_features, generator=gen).to(torch.bfloat16)
         for index, linear in enumerate(members):
-            if not torch.equal(torch.nn.functional.linear(x, linear.weight, linear.bias), product.part(x, index)):
+            got = product.part(x, index)
+            if exact and not torch.equal(torch.nn.functional.linear(x, linear.weight, linear.bias), got):
                 return False
+            if not exact:
+                want, bound = error_bound(x, linear.weight.detach(), linear.bias)
+                if not bool(((got.double() - want).abs() <= bound).all()):
+                    return False
     return True
 
 
-def _same_bits(linear: torch.nn.Linear, pw: torch.Tensor) -> bool:
-    """The packed product equals ``F.linear`` bit for bit (the one-member case of the fused check)."""
-    return _fused_same_bits([linear], FusedProduct(pw, linear.bias, [linear.out_features]))
+def error_bound(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The float64 product and how far a bf16 result of fp32 sums may be from it: half a bf16 ulp
+    of the result (2^-8 relative) and the fp32 sums' rounding, at most ``in_features`` roundings of
+    2^-24 each of the sum of magnitudes (twice that, for slack)."""
+    xd, wd = x.double(), weight.double()
+    want = xd @ wd.T
+    magnitude = xd.abs() @ wd.abs().T
+    if bias is not None:
+        want, magnitude = want + bias.double(), magnitude + bias.double().abs()
+    return want, want.abs() * 2.0 ** -8 + magnitude * (x.shape[-1] + 1) * 2.0 ** -23

@@ -109,14 +109,16 @@ def running_engine(model_dir: Path, **kwargs: Any) -> Iterator[EngineHarness]:
 
 class Reference:
     """``model.generate`` on the same weights: what greedy output must equal. In bf16 it decodes
-    with the engine's attention (engine/local/attention.py) unless ``attention="sdpa"``, so it
-    runs the engine's computation; fp32 is transformers' SDPA either way."""
+    with the engine's attention (engine/local/attention.py) unless ``attention="sdpa"``, and its
+    linears are packed as the engine's (engine/local/packed.py), so it runs the engine's
+    computation; fp32 is transformers' own either way."""
 
     def __init__(self, model_dir: Path, dtype: str, attention: str | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM
 
         from engine.local import attention as engine_attention
+        from engine.local.packed import pack_linears
 
         self.torch = torch
         if attention is None:
@@ -124,6 +126,7 @@ class Reference:
         model = AutoModelForCausalLM.from_pretrained(
             str(model_dir), dtype=getattr(torch, dtype), attn_implementation=attention, local_files_only=True)
         self.model: Any = cast(Any, model).eval()
+        self.linear_kernel = pack_linears(self.model, getattr(torch, dtype))[1]
 
     def greedy(self, prompt: Sequence[int], max_new_tokens: int) -> list[int]:
         torch = self.torch

@@ -10,12 +10,14 @@ from bench.thread_plan import parse_engine, summary
 
 
 def test_an_engine_is_threads_and_a_plan() -> None:
-    assert parse_engine("15:adaptive") == (15, "adaptive", "own", "native")
-    assert parse_engine("2:FIXED") == (2, "fixed", "own", "native")
-    assert parse_engine("1:") == (1, "adaptive", "own", "native")  # the default plan
-    assert parse_engine("2:adaptive:forward") == (2, "adaptive", "forward", "native")
-    assert parse_engine("1:fixed:grouped") == (1, "fixed", "own", "grouped")
-    assert parse_engine("2:adaptive:grouped:forward") == (2, "adaptive", "forward", "grouped")
+    assert parse_engine("15:adaptive") == (15, "adaptive", "own", "native", "native")
+    assert parse_engine("2:FIXED") == (2, "fixed", "own", "native", "native")
+    assert parse_engine("1:") == (1, "adaptive", "own", "native", "native")  # the default plan
+    assert parse_engine("2:adaptive:forward") == (2, "adaptive", "forward", "native", "native")
+    assert parse_engine("1:fixed:grouped") == (1, "fixed", "own", "grouped", "native")
+    assert parse_engine("2:adaptive:grouped:forward") == (2, "adaptive", "forward", "grouped", "native")
+    assert parse_engine("1:fixed:onednn") == (1, "fixed", "own", "native", "onednn")
+    assert parse_engine("2:adaptive:onednn:grouped") == (2, "adaptive", "own", "grouped", "onednn")
     for bad, says in (("two:adaptive", "use THREADS:PLAN"), ("0:fixed", "use THREADS:PLAN"),
                       ("2:sometimes", "is not one of adaptive, fixed"),
                       ("2:adaptive:often", "LOGITS is one of own, forward, ATTENTION one of native, grouped")):

@@ -26,8 +26,8 @@ HQ, HKV, D = 9, 3, 64
 @pytest.fixture(scope="module")
 def kernel(tmp_path_factory: pytest.TempPathFactory) -> native.NativeAttention:
     loaded = native.load(tmp_path_factory.mktemp("cache"))
-    assert loaded.kernel is not None, loaded.detail  # the test machine has a C compiler (scripts/install.sh)
-    return loaded.kernel
+    assert loaded.library is not None, loaded.detail  # the test machine has a C compiler (scripts/install.sh)
+    return loaded.library.attention
 
 
 def _kernels(kernel: native.NativeAttention) -> dict[str, Callable[..., torch.Tensor]]:
@@ -138,19 +138,19 @@ def test_the_native_kernel_declines_what_it_does_not_take(kernel: native.NativeA
 
 def test_the_kernel_is_built_once_per_cache_and_a_failed_build_says_why(tmp_path: Path,
                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    first = native.load(tmp_path)
-    assert first.kernel is not None and first.kernel.path.parent == tmp_path / "kernels"
-    built = first.kernel.path.stat().st_mtime_ns
-    again = native.load(tmp_path)
-    assert again.kernel is not None and again.kernel.path == first.kernel.path
-    assert again.kernel.path.stat().st_mtime_ns == built  # found, not rebuilt
-    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.kernel.path.name]  # no temp file left
+    first = native.load(tmp_path).library
+    assert first is not None and first.path.parent == tmp_path / "kernels"
+    built = first.path.stat().st_mtime_ns
+    again = native.load(tmp_path).library
+    assert again is not None and again.path == first.path
+    assert again.path.stat().st_mtime_ns == built  # found, not rebuilt
+    assert [p.name for p in (tmp_path / "kernels").iterdir()] == [first.path.name]  # no temp file left
     monkeypatch.setenv("CC", "tokenwire-no-such-compiler")
     none = native.load(tmp_path / "other")
-    assert none.kernel is None and none.detail == "no C compiler (tokenwire-no-such-compiler not found)"
+    assert none.library is None and none.detail == "no C compiler (tokenwire-no-such-compiler not found)"
     monkeypatch.setenv("CC", "false")
     failed = native.load(tmp_path / "other")
-    assert failed.kernel is None and failed.detail.startswith("build failed: ")
+    assert failed.library is None and failed.detail.startswith("build failed: ")
     assert not (tmp_path / "other" / "kernels").exists() or not any((tmp_path / "other" / "kernels").iterdir())
 
 
@@ -204,6 +204,7 @@ def test_the_setting_chooses_the_path_and_a_bad_value_is_named(monkeypatch: pyte
                                                                caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(attention, "_native_loaded", None)
+    monkeypatch.setattr(native, "_shared", None)
     monkeypatch.setattr(attention, "_native", None)
     monkeypatch.delenv("TOKENWIRE_DECODE_ATTENTION", raising=False)
     assert attention.wanted(torch.bfloat16) and not attention.wanted(torch.float32)
@@ -226,11 +227,12 @@ def test_without_a_compiler_the_engine_decodes_with_grouped_matmuls_and_says_why
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path))
     monkeypatch.setattr(attention, "_native_loaded", None)
+    monkeypatch.setattr(native, "_shared", None)
     monkeypatch.setattr(attention, "_native", None)
     monkeypatch.delenv("TOKENWIRE_DECODE_ATTENTION", raising=False)
     monkeypatch.setenv("CC", "tokenwire-no-such-compiler")
     with caplog.at_level(logging.WARNING, logger="tokenwire.engine"):
         assert attention.register() == attention.GROUPED
-    assert "native decode attention unavailable (no C compiler" in caplog.text
+    assert "native kernels unavailable (no C compiler" in caplog.text
     assert attention.decode_kernel(attention.GROUPED) == (
         "grouped fp32 (native kernel: no C compiler (tokenwire-no-such-compiler not found))")

@@ -1,7 +1,9 @@
-"""Prepacked bf16 linears (engine/local/packed.py): the engine uses them by default in bf16, and
-they give the same bits as ``F.linear``, fused siblings (q/k/v, gate/up) included, so everything
-the parity tests assert of the bf16 engine still holds (test_engine_parity's default-dtype test
-runs with them on this CPU)."""
+"""Prepacked bf16 linears (engine/local/packed.py): the engine uses them by default in bf16. With
+oneDNN's kernel they give the same bits as ``F.linear``, fused siblings (q/k/v, gate/up) included;
+with the native kernel (the default where it is built with AVX512-BF16) the whole model's logits
+are no further from the fp32 model's than ``F.linear``'s are, and the engine and its
+``model.generate`` reference (which packs the same way) decode the same tokens (test_engine_parity's
+default-dtype test runs with them on this CPU). The kernel itself: test_engine_native_linear."""
 
 from __future__ import annotations
 
@@ -14,7 +16,8 @@ from typing import Any, cast
 import pytest
 import torch
 
-from engine.local.packed import FusedPart, FusedProduct, PackedLinear, pack_linears
+from engine.local import native
+from engine.local.packed import FusedPart, FusedProduct, OneDnnProduct, PackedLinear, pack_linears
 from tests.conftest import DEFAULT_MODEL, TINY_MODELS
 from tests.support.engine_harness import Reference, request, running_engine
 
@@ -35,35 +38,80 @@ def _linears(model: Any) -> list[torch.nn.Module]:
     return [m for m in model.modules() if isinstance(m, torch.nn.Linear | PackedLinear | FusedPart)]
 
 
-@pytest.mark.parametrize("name", [*TINY_MODELS, DEFAULT_MODEL])
-def test_packing_gives_the_same_logits_bit_for_bit(name: str, asset: Callable[[str], Path]) -> None:
-    """A padded batch through the whole model (prefill shapes) and one decode-shaped token."""
-    path = asset(name)
+def _native_vector() -> bool:
+    library = native.shared().library
+    return library is not None and library.linear.vector
+
+
+def _batches(model: Any) -> list[tuple[torch.Tensor, torch.Tensor | None]]:
+    """A padded batch (prefill shapes) and one decode-shaped token."""
+    gen = torch.Generator().manual_seed(5)
+    ids = torch.randint(3, min(int(model.config.vocab_size), 30000), (3, 23), generator=gen)
+    mask = torch.ones_like(ids)
+    mask[1, :7] = 0  # a left-padded row
+    return [(ids, mask), (ids[:1, :1], None)]
+
+
+def _packed(path: Path, kernel: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     plain, packed = _load(path, torch.bfloat16), _load(path, torch.bfloat16)
-    count, kernel = pack_linears(packed, torch.bfloat16, wanted=True)
+    monkeypatch.setenv("TOKENWIRE_LINEAR_KERNEL", kernel)
+    count, name = pack_linears(packed, torch.bfloat16, wanted=True)
     layers = int(plain.config.num_hidden_layers)
-    assert kernel == f"oneDNN packed (bf16), {2 * layers} sibling groups fused"  # q/k/v and gate/up per layer
+    prefix = "native bf16 (built by " if kernel == "native" else "oneDNN packed (bf16)"
+    assert name.startswith(prefix) and name.endswith(f", {2 * layers} sibling groups fused")  # q/k/v, gate/up
     # every linear of a text model is in its decoder or is its output projection
     assert count == len(_linears(plain)) > 0
     assert all(isinstance(m, PackedLinear | FusedPart) for m in _linears(packed))
     assert sum(isinstance(m, FusedPart) for m in _linears(packed)) == 5 * layers
-    gen = torch.Generator().manual_seed(5)
-    vocab = int(plain.config.vocab_size)
-    ids = torch.randint(3, min(vocab, 30000), (3, 23), generator=gen)
-    mask = torch.ones_like(ids)
-    mask[1, :7] = 0  # a left-padded row
+    return plain, packed
+
+
+@pytest.mark.parametrize("name", [*TINY_MODELS, DEFAULT_MODEL])
+def test_onednn_packing_gives_the_same_logits_bit_for_bit(name: str, asset: Callable[[str], Path],
+                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    plain, packed = _packed(asset(name), "onednn", monkeypatch)
     with torch.inference_mode():
-        for batch in ((ids, mask), (ids[:1, :1], None)):
-            want = plain(input_ids=batch[0], attention_mask=batch[1]).logits
-            got = packed(input_ids=batch[0], attention_mask=batch[1]).logits
-            assert torch.equal(want, got)
+        for ids, mask in _batches(plain):
+            assert torch.equal(plain(input_ids=ids, attention_mask=mask).logits,
+                               packed(input_ids=ids, attention_mask=mask).logits)
+
+
+@pytest.mark.parametrize("name", [*TINY_MODELS, DEFAULT_MODEL])
+def test_native_packing_keeps_the_logits_as_close_to_fp32_as_f_linear(name: str, asset: Callable[[str], Path],
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Its own sums round differently from oneDNN's, so not the same bits; over the whole model
+    the logits (pooled over every real position of both batches) must be no further from the fp32
+    model's than the plain bf16 model's are, and pick the same top token wherever the fp32 model's
+    top two are further apart than the plain model's worst error."""
+    if not _native_vector():
+        pytest.skip("this CPU has no AVX512-BF16: the engine packs with oneDNN here")
+    path = asset(name)
+    plain, packed = _packed(path, "native", monkeypatch)
+    exact = _load(path, torch.float32)
+    errors: dict[str, list[torch.Tensor]] = {"native": [], "plain": []}
+    compared = 0
+    with torch.inference_mode():
+        for ids, mask in _batches(plain):
+            want = exact(input_ids=ids, attention_mask=mask).logits.double()
+            base = plain(input_ids=ids, attention_mask=mask).logits.double()
+            got = packed(input_ids=ids, attention_mask=mask).logits.double()
+            keep = mask.bool() if mask is not None else torch.ones(ids.shape, dtype=torch.bool)
+            errors["native"].append((got - want).abs()[keep].flatten())
+            errors["plain"].append((base - want).abs()[keep].flatten())
+            top2 = want.topk(2, dim=-1).values
+            clear = keep & (top2[..., 0] - top2[..., 1] > 2 * float((base - want).abs()[keep].max()))
+            assert torch.equal(got.argmax(-1)[clear], want.argmax(-1)[clear])
+            compared += int(clear.sum())
+    assert compared > 0, "no position had a clear top token: the argmax check saw nothing"
+    err, base_err = (float(torch.cat(errors[k]).mean()) for k in ("native", "plain"))
+    assert err <= 1.1 * base_err, (err, base_err)
 
 
 def test_a_packed_linear_with_bias_matches_f_linear() -> None:
     gen = torch.Generator().manual_seed(1)
     linear = torch.nn.Linear(96, 160, bias=True).to(torch.bfloat16)
     with torch.inference_mode():
-        packed = PackedLinear(linear, torch.ops.mkldnn._reorder_linear_weight(linear.weight.detach(), 1))
+        packed = PackedLinear(linear, OneDnnProduct(linear.weight.detach(), linear.bias))
         for shape in ((1, 96), (5, 96), (2, 3, 96)):
             x = torch.randn(*shape, generator=gen).to(torch.bfloat16)
             out = packed(x)
@@ -78,7 +126,7 @@ def test_a_fused_product_gives_each_sibling_its_own_product_whatever_the_order()
     siblings = [torch.nn.Linear(64, n, bias=True).to(torch.bfloat16) for n in (48, 16, 16)]
     weight = torch.cat([s.weight.detach() for s in siblings])
     bias = torch.cat([s.bias.detach() for s in siblings])
-    product = FusedProduct(torch.ops.mkldnn._reorder_linear_weight(weight, 1), bias, [48, 16, 16])
+    product = FusedProduct(OneDnnProduct(weight, bias), [48, 16, 16])
     parts = [FusedPart(s, product, i) for i, s in enumerate(siblings)]
     x, y = (torch.randn(2, 5, 64, generator=gen).to(torch.bfloat16) for _ in range(2))
     with torch.inference_mode():
@@ -116,7 +164,8 @@ def test_the_bf16_engine_packs_by_default_and_matches_model_generate(asset: Call
         stats = h.engine.stats()
         got = [h.run(request(p, max_tokens=16))[0].ids for p in ps]
         engine_attention = h.engine.runner.model.config._attn_implementation
-    assert stats["linear_kernel"] == "oneDNN packed (bf16), 60 sibling groups fused"
+    prefix = "native bf16 (built by " if _native_vector() else "oneDNN packed (bf16"
+    assert stats["linear_kernel"].startswith(prefix) and stats["linear_kernel"].endswith(", 60 sibling groups fused")
     assert h.engine.runner.packed_linears == 30 * 7 + 1  # SmolLM2: 7 per layer and the output projection
     # engine/local/attention.py: the native kernel where this machine builds it, else grouped matmuls
     kernel = stats["attention_kernel"]
@@ -124,6 +173,7 @@ def test_the_bf16_engine_packs_by_default_and_matches_model_generate(asset: Call
         ") for decode, SDPA for prefill"), kernel
     ref = Reference(path, "bfloat16")
     assert ref.model.config._attn_implementation == engine_attention  # model.generate decodes as the engine does
+    assert ref.linear_kernel == stats["linear_kernel"]
     assert got == [ref.greedy(p, 16) for p in ps]
 
 
