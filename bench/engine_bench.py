@@ -17,10 +17,10 @@ phase also records its median time to first token. ``--prefix-tokens N`` adds th
 phase: a request with a fresh random N-token prefix (cold), then one sharing that prefix with
 another suffix (warm), one new token each; their times to first token and the ratio. The vLLM
 figures of issue 22 are printed beside ours, marked published (not measured in this run).
-``--linear packed aten`` loads one engine per linear kernel (engine/local/packed.py: oneDNN
-prepacked bf16 weights against ``F.linear``) and runs every engine phase on each in turn,
-alternating which goes first, for an A/B in the same run (``engine_packed_...`` /
-``engine_aten_...`` and their ``_vs_aten`` ratios). The OpenMP wait policy is passive unless
+``--linear native onednn aten`` loads one engine per linear kernel (engine/local/packed.py: the
+native kernel's and oneDNN's prepacked bf16 weights, and ``F.linear``) and runs every engine
+phase on each in turn, alternating which goes first, for an A/B in the same run
+(``engine_native_...`` / ``engine_onednn_...`` / ``engine_aten_...`` and the ``_vs_aten`` ratios). The OpenMP wait policy is passive unless
 ``OMP_WAIT_POLICY`` or ``GOMP_SPINCOUNT`` is set, as under ``tokenwire serve``
 (engine/local/omp.py; libgomp reads it when torch loads, so compare policies across runs), and
 is stated in the output. Two measures per phase: wall-clock tokens/s (what a client sees) and
@@ -31,7 +31,7 @@ while the CPU-time figures barely move, so the ratios are reported for both. Pri
 
     .venv/bin/python -m bench.engine_bench [--model DIR] [--rounds 3] [--out bench/results/engine.json]
     .venv/bin/python -m bench.engine_bench --threads 1 2 --concurrency 1 8 16 --burner --prefix-tokens 1000
-    .venv/bin/python -m bench.engine_bench --linear packed aten --threads 1 --concurrency 1 8 16 --static \
+    .venv/bin/python -m bench.engine_bench --linear native onednn --threads 1 --concurrency 1 8 16 --static \
         --sequential-prompts 0 --burner
 """
 
@@ -95,8 +95,9 @@ VLLM_PUBLISHED: dict[str, Any] = {
     "settings": "vLLM 0.32 CPU build, torch.compile on, one bound thread per worker (issue 22)",
 }
 
-# --linear: the engine's packed_linear argument (engine/local/packed.py)
-_PACKED: dict[str, bool | None] = {"packed": True, "aten": False, "default": None}
+# --linear: the engine's packed_linear argument and TOKENWIRE_LINEAR_KERNEL (engine/local/packed.py)
+_PACKED: dict[str, tuple[bool | None, str | None]] = {
+    "native": (True, "native"), "onednn": (True, "onednn"), "aten": (False, None), "default": (None, None)}
 
 Rate = tuple[float, float]  # (tokens per wall-clock second, tokens per CPU-second)
 
@@ -193,11 +194,18 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     torch.set_num_threads(thread_list[0])
     kernels = args.linear or ["default"]
     engines: dict[str, Any] = {}
+    chosen = os.environ.get("TOKENWIRE_LINEAR_KERNEL")
     for kernel in kernels:  # one engine per linear kernel (each loads its own weights)
+        packed, setting = _PACKED[kernel]
+        if setting:
+            os.environ["TOKENWIRE_LINEAR_KERNEL"] = setting  # read when the engine packs its model
         engines[kernel] = LocalEngine(model_dir, model_name=model_dir.name, max_model_len=2048, dtype=args.dtype,
                                       max_num_seqs=max(args.concurrency), num_threads=thread_list[0],
-                                      packed_linear=_PACKED[kernel])
+                                      packed_linear=packed)
         await engines[kernel].start()
+        os.environ.pop("TOKENWIRE_LINEAR_KERNEL", None)
+        if chosen is not None:
+            os.environ["TOKENWIRE_LINEAR_KERNEL"] = chosen
     engine = engines[kernels[0]]
     baselines = args.sequential_prompts > 0 or bool(args.static)
     model: Any = None
@@ -304,8 +312,10 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
                 ratios[f"{name}_vs_static_batch_{c}"] = round(med[name] / med[f"static_batch_{c}"], 2)
             if name.endswith("_burner") and name.removesuffix("_burner") in med:
                 ratios[f"{name}_vs_quiet"] = round(med[name] / med[name.removesuffix("_burner")], 2)
-            if name.startswith("engine_packed_") and name.replace("_packed_", "_aten_") in med:
-                ratios[f"{name}_vs_aten"] = round(med[name] / med[name.replace("_packed_", "_aten_")], 2)
+            for kernel in ("native", "onednn"):
+                aten = name.replace(f"_{kernel}_", "_aten_", 1)
+                if name.startswith(f"engine_{kernel}_") and aten in med:
+                    ratios[f"{name}_vs_aten"] = round(med[name] / med[aten], 2)
         return {"median": {k: round(v, 1) for k, v in med.items()},
                 "samples": {k: [round(x, 1) for x in v] for k, v in samples.items()},
                 "ratios": ratios}
@@ -412,8 +422,8 @@ def main(argv: list[str] | None = None) -> int:
                    help="torch thread counts, measured in turn (default: the engine's default)")
     p.add_argument("--burner", action="store_true", help="also run each engine phase beside a CPU burner")
     p.add_argument("--linear", nargs="+", choices=sorted(_PACKED), default=None,
-                   help="linear kernels to compare in one run, one engine each, alternating: packed (oneDNN "
-                        "prepacked weights, bf16), aten (F.linear), default (TOKENWIRE_PACKED_LINEAR decides)")
+                   help="linear kernels to compare in one run, one engine each, alternating: native and onednn "
+                        "(prepacked bf16 weights), aten (F.linear), default (the environment decides)")
     p.add_argument("--prefix-tokens", type=int, default=0, help="measure prefix caching with this prefix length")
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 4, 8, 16])
