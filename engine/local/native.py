@@ -137,6 +137,8 @@ class NativeLinear:
         if x.dtype != torch.bfloat16:
             raise TypeError(f"the native linear takes bf16 inputs, not {x.dtype}")
         rows = x.reshape(-1, k) if x.stride(-1) == 1 else x.contiguous().reshape(-1, k)
+        if rows.stride(0) < k:  # an expanded row, or a lone row with an odd stride
+            rows = rows.contiguous()
         m = rows.shape[0]
         out = torch.empty(*x.shape[:-1], n, dtype=torch.bfloat16)
         threads = torch.get_num_threads() if self.parallel and m * n * k >= LINEAR_GRAIN else 1

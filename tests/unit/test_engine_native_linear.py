@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from engine.local import native
-from engine.local.packed import FusedPart, FusedProduct, NativeProduct, PackedLinear, error_bound
+from engine.local.packed import FusedPart, FusedProduct, NativeProduct, PackedLinear, _agrees, error_bound
 
 
 @pytest.fixture(scope="module")
@@ -101,6 +101,8 @@ def test_views_and_leading_dimensions_are_read_as_rows(kernel: native.NativeLine
     assert torch.equal(got, kernel(x.contiguous(), pw, None, 100))
     assert torch.equal(got.reshape(6, 100), kernel(x.reshape(6, 48), pw, None, 100))
     assert kernel(x[:0], pw, None, 100).shape == (0, 3, 100)
+    row = x[0, 0]
+    assert torch.equal(kernel(row.expand(4, 48), pw, None, 100), kernel(row.repeat(4, 1), pw, None, 100))  # stride 0
 
 
 def test_a_non_finite_input_reaches_only_its_own_row(kernel: native.NativeLinear) -> None:
@@ -136,6 +138,24 @@ def test_fused_siblings_get_the_bits_of_their_own_products(kernel: native.Native
     with torch.inference_mode():
         for index in (2, 0, 1):
             assert torch.equal(parts[index](x), alone[index](x))
+
+
+def test_the_load_time_check_passes_the_kernel_and_catches_a_wrong_product(kernel: native.NativeLinear) -> None:
+    """engine/local/packed.py checks each weight shape at load on a sample of its outputs (the
+    last one always): a product without its bias, or with its last output off, fails."""
+    linear = torch.nn.Linear(200, 1100, bias=True).to(torch.bfloat16)
+    good = NativeProduct(kernel, linear.weight.detach(), linear.bias)
+
+    def last_off(x: torch.Tensor) -> torch.Tensor:
+        out = good(x)
+        out[..., -1] += 0.5
+        return out
+
+    with torch.inference_mode():
+        assert _agrees([linear], FusedProduct(good, [1100]), exact=False)
+        assert not _agrees([linear], FusedProduct(NativeProduct(kernel, linear.weight.detach(), None), [1100]),
+                           exact=False)
+        assert not _agrees([linear], FusedProduct(last_off, [1100]), exact=False)
 
 
 def test_the_library_holds_both_kernels_and_is_built_from_both_sources(tmp_path: Path) -> None:
