@@ -144,10 +144,17 @@ def main(argv: list[str] | None = None) -> int:
         results[f"{rows}x{positions}"] = {**got, "native_vs_grouped": ratio}
         print(f"decode_attention_bench: {rows} rows x {positions}: native {got['native']}, "
               f"grouped {got['grouped']} µs per layer", file=sys.stderr, flush=True)
-    doc: dict[str, Any] = {"benchmark": "decode_attention", "kernel": loaded.detail, "threads": args.threads,
+    return report("decode_attention", loaded.detail, args, results, measure_steps)
+
+
+def report(benchmark: str, kernel: str, args: argparse.Namespace, results: dict[str, Any],
+           steps: Callable[[list[tuple[int, int]], int], dict[str, Any]]) -> int:
+    """Print (and with ``--out``, write) a kernel benchmark's document: its per-layer ``results``,
+    and with ``--steps`` the default model's decode steps timed by ``steps``. Returns 0."""
+    doc: dict[str, Any] = {"benchmark": benchmark, "kernel": kernel, "threads": args.threads,
                            "layers": args.layers, "rounds": args.rounds, "results_us_per_layer": results}
     if args.steps:
-        doc["steps_ms"] = measure_steps(args.cases, args.rounds)
+        doc["steps_ms"] = steps(args.cases, args.rounds)
     doc["load_average"] = round(os.getloadavg()[0], 2)
     emit(doc, args.out)
     return 0

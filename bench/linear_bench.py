@@ -20,8 +20,7 @@ import sys
 import time
 from typing import Any
 
-from bench.decode_attention_bench import lengths, parse_case
-from bench.loopback import emit
+from bench.decode_attention_bench import lengths, parse_case, report
 
 SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # (outputs, inputs) of one SmolLM2 layer
 KERNELS = ("native", "onednn")
@@ -129,13 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     for rows in args.rows:
         results[str(rows)] = measure(rows, args.layers, args.rounds)
         print(f"linear_bench: {rows} rows: {results[str(rows)]} µs per layer", file=sys.stderr, flush=True)
-    doc: dict[str, Any] = {"benchmark": "linear", "kernel": loaded.detail, "threads": args.threads,
-                           "layers": args.layers, "rounds": args.rounds, "results_us_per_layer": results}
-    if args.steps:
-        doc["steps_ms"] = measure_steps(args.cases, args.rounds)
-    doc["load_average"] = round(os.getloadavg()[0], 2)
-    emit(doc, args.out)
-    return 0
+    return report("linear", loaded.detail, args, results, measure_steps)
 
 
 if __name__ == "__main__":

@@ -28,7 +28,9 @@ from engine.user_cache import cache_dir
 
 log = logging.getLogger("tokenwire.engine")
 
-SOURCES = tuple(Path(__file__).with_name("native") / name for name in ("decode_attention.c", "linear.c"))
+NATIVE = Path(__file__).with_name("native")
+SOURCES = (NATIVE / "decode_attention.c", NATIVE / "linear.c")
+HEADERS = (NATIVE / "bf16.h",)  # included by the sources: part of the cache key too
 FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC")
 # With OpenMP first (the threads torch is set to share the rows); where the compiler has none, one thread.
 VARIANTS = (("openmp", ("-fopenmp",)), ("one thread", ("-fopenmp-simd",)))
@@ -173,7 +175,7 @@ def library_path(cache: Path, version: str, flags: tuple[str, ...]) -> Path:
     """Where the library built with ``flags`` by the compiler that printed ``version`` on this CPU
     lives under ``cache``."""
     digest = hashlib.sha256()
-    for part in (*(s.read_bytes() for s in SOURCES), " ".join(flags).encode(), version.encode(),
+    for part in (*(f.read_bytes() for f in (*SOURCES, *HEADERS)), " ".join(flags).encode(), version.encode(),
                  _cpu_identity().encode(), platform.machine().encode()):
         digest.update(part)
         digest.update(b"\0")

@@ -14,25 +14,14 @@
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
+
+#include "bf16.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
 
 #define MAX_GROUP 32
 #define MAX_DIM 512
-
-static inline float bf16_to_f32(uint16_t x) {
-    union { uint32_t u; float f; } c;
-    c.u = (uint32_t)x << 16;
-    return c.f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    union { uint32_t u; float f; } c;
-    c.f = f;
-    if (f != f) return 0x7FC0; /* NaN, as c10::BFloat16 */
-    return (uint16_t)((c.u + 0x7FFFu + ((c.u >> 16) & 1u)) >> 16);
-}
 
 /* exp(x) for x <= 0 (a score less the row's maximum): 2^n * p(r), r = x - n ln2, |r| <= ln2/2,
  * p of degree 6: within 2 ulp of expf, and a loop of these vectorizes. */

@@ -14,6 +14,8 @@
  */
 #include <stdint.h>
 #include <string.h>
+
+#include "bf16.h"
 #ifdef _OPENMP
 #include <omp.h>
 #endif
@@ -24,19 +26,6 @@
 
 #define PANEL 64 /* outputs per panel */
 #define MAX_ROWS 6 /* rows per register block */
-
-static inline float bf16_to_f32(uint16_t x) {
-    union { uint32_t u; float f; } c;
-    c.u = (uint32_t)x << 16;
-    return c.f;
-}
-
-static inline uint16_t f32_to_bf16(float f) {
-    union { uint32_t u; float f; } c;
-    c.f = f;
-    if (f != f) return 0x7FC0; /* NaN, as c10::BFloat16 */
-    return (uint16_t)((c.u + 0x7FFFu + ((c.u >> 16) & 1u)) >> 16);
-}
 
 /* 1 where the AVX512-BF16 path was compiled in, else 0 (the portable loops). */
 int tw_linear_vector(void) {
