@@ -6,7 +6,8 @@
  * sums); a block of up to 6 rows x 64 outputs lives in 24 registers, so each weight read from
  * memory serves 6 rows and no output needs a horizontal sum. Elsewhere a portable loop does the
  * same sums in the same layout. Sums are fp32 from the bias (or 0) in input order, rounded once to
- * bf16 (round to nearest even, as torch's conversion).
+ * bf16 (round to nearest even, as torch's conversion; the AVX512-BF16 instructions treat subnormal
+ * inputs and results as zero).
  *
  * Every output is computed alone, in a fixed order: the bits do not depend on the number of rows,
  * on the thread count or on how the panels are split between threads. With OpenMP the panels are
@@ -91,7 +92,8 @@ static inline __attribute__((always_inline)) void block(const int rows, int64_t 
     }
     for (int i = 0; i < rows; i++)
         for (int j = 0; j < 4; j++) {
-            /* VCVTNEPS2BF16 rounds to nearest even, and a NaN stays a NaN */
+            /* VCVTNEPS2BF16: round to nearest even, a NaN stays a NaN; a result under bf16's smallest
+             * normal (1.2e-38) becomes 0, where torch would keep a subnormal */
             const __m256i r = (__m256i)_mm512_cvtneps_pbh(acc[i][j]);
             const int64_t c0 = 16 * j;
             if (c0 + 16 <= cols) _mm256_storeu_si256((__m256i *)(out + i * os + c0), r);
