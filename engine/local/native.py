@@ -4,8 +4,9 @@ linear layers (``native/linear.c``), one library built once per machine with its
 the sources, the flags, the compiler and the CPU, and loaded with ctypes (no torch headers,
 nothing built at install). Where no compiler is found or the build fails, :func:`load` says why
 and the engine keeps its grouped matmuls (``engine/local/attention.py``) and oneDNN's linears
-(``engine/local/packed.py``). What they cost and change: docs/engine.md, "Decode attention in
-bf16" and "Linear layers".
+(``engine/local/packed.py``). Each kernel shares its work among the forward's torch thread count
+with threads of its own (``native/pool.c``), not OpenMP's. What they cost and change:
+docs/engine.md, "Decode attention in bf16", "Linear layers" and "The native kernels' threads".
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import platform
 import shutil
 import subprocess
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -29,14 +31,16 @@ from engine.user_cache import cache_dir
 log = logging.getLogger("tokenwire.engine")
 
 NATIVE = Path(__file__).with_name("native")
-SOURCES = (NATIVE / "decode_attention.c", NATIVE / "linear.c")
-HEADERS = (NATIVE / "bf16.h",)  # included by the sources: part of the cache key too
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC")
-# With OpenMP first (the threads torch is set to share the rows); where the compiler has none, one thread.
-VARIANTS = (("openmp", ("-fopenmp",)), ("one thread", ("-fopenmp-simd",)))
+SOURCES = (NATIVE / "decode_attention.c", NATIVE / "linear.c", NATIVE / "pool.c")
+HEADERS = (NATIVE / "bf16.h", NATIVE / "pool.h")  # included by the sources: part of the cache key too
+FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp-simd")
+# With the kernels' own threads (native/pool.c) first; where they do not build, one thread.
+VARIANTS = (("threads", ("-pthread",)), ("one thread", ("-DTW_ONE_THREAD",)))
+SPIN_ENV = "TOKENWIRE_NATIVE_SPIN_US"
+DEFAULT_SPIN_US = 100.0  # how long an idle pool thread waits awake for the next kernel
 MAX_GROUP, MAX_DIM = 32, 512  # as the source's limits
 GRAIN = 32768  # elements of K below which one thread does it all (torch's own operators' grain size)
-LINEAR_GRAIN = 1 << 20  # multiply-adds below which one thread does a whole product
+LINEAR_GRAIN = 1 << 18  # multiply-adds below which one thread does a whole product
 BUILD_TIMEOUT_S = 120
 
 _I, _P = ctypes.c_int64, ctypes.c_void_p
@@ -46,12 +50,17 @@ _ARGS: list[Any] = [_I, _I, _I, _I, _I, ctypes.c_float, _P, _I, _I, _P, _I, _I, 
 class Library:
     """The built library at ``path`` and its two kernels."""
 
-    def __init__(self, path: Path, *, parallel: bool) -> None:
+    def __init__(self, path: Path) -> None:
         self.path = path
-        self.parallel = parallel  # built with OpenMP: work shared among torch's threads
         lib = ctypes.CDLL(str(path))
-        self.attention = NativeAttention(lib, parallel=parallel)
-        self.linear = NativeLinear(lib, parallel=parallel)
+        self.parallel = bool(lib.tw_pool_parallel())  # built with the pool: work shared among torch's thread count
+        self.spin_us = spin_us()
+        lib.tw_pool_spin.argtypes, lib.tw_pool_spin.restype = [_I], None
+        lib.tw_pool_spin(round(self.spin_us * 1000))
+        self.pool_threads = lib.tw_pool_threads
+        self.pool_threads.restype = _I
+        self.attention = NativeAttention(lib, parallel=self.parallel)
+        self.linear = NativeLinear(lib, parallel=self.parallel)
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,7 +78,7 @@ class NativeAttention:
     not depend on the batch or on the thread count."""
 
     def __init__(self, lib: ctypes.CDLL, *, parallel: bool) -> None:
-        self.parallel = parallel  # built with OpenMP: rows shared among torch's threads
+        self.parallel = parallel  # rows shared among torch's thread count (native/pool.c)
         self._fn = lib.tw_decode_attention
         self._fn.argtypes = _ARGS
         self._fn.restype = ctypes.c_int
@@ -150,6 +159,23 @@ class NativeLinear:
         return out
 
 
+def spin_us(environ: Mapping[str, str] | None = None) -> float:
+    """``TOKENWIRE_NATIVE_SPIN_US``: how long (µs) an idle pool thread of the native kernels waits
+    awake for the next kernel before it sleeps; :data:`DEFAULT_SPIN_US` when unset, 0 sleeps at
+    once. A value that is not a number from 0 to 1,000,000 is ignored, with a warning."""
+    text = (os.environ if environ is None else environ).get(SPIN_ENV, "").strip()
+    if not text:
+        return DEFAULT_SPIN_US
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1_000_000:
+        log.warning("ignoring %s=%r (a number of µs from 0 to 1000000)", SPIN_ENV, text)
+        return DEFAULT_SPIN_US
+    return value
+
+
 def _cpu_identity() -> str:
     """What ``-march=native`` depends on: the CPU's model and feature flags."""
     try:
@@ -215,8 +241,8 @@ _shared: Loaded | None = None
 
 
 def load(cache: Path | None = None) -> Loaded:
-    """The library for this machine, built first if it is not in the cache yet: with OpenMP, else
-    for one thread, else None and the compiler's complaint."""
+    """The library for this machine, built first if it is not in the cache yet: with its own
+    threads, else for one thread, else None and the compiler's complaint."""
     compiler = _compiler()
     if compiler is None:
         return Loaded(None, f"no C compiler ({os.environ.get('CC') or 'cc'} not found)")
@@ -229,7 +255,9 @@ def load(cache: Path | None = None) -> Loaded:
             if not target.exists():
                 log.info("building the native kernels (%s) with %s, once per machine", name, compiler)
                 build(target, compiler, flags)
-            return Loaded(Library(target, parallel=name == "openmp"), f"built by {compiler}, {name}")
+            library = Library(target)
+            threads = f"own threads, idle spin {library.spin_us:g} µs" if library.parallel else "one thread"
+            return Loaded(library, f"built by {compiler}, {threads}")
         except (RuntimeError, OSError, AttributeError) as exc:
             failures.append(f"{name}: {exc}")
     return Loaded(None, "build failed: " + "; ".join(failures))

@@ -103,9 +103,9 @@ def test_the_native_kernel_gives_a_row_the_same_bits_alone_and_in_any_batch(kern
     assert garbage is not None and torch.equal(garbage, batch)
 
 
-def test_the_native_kernel_gives_the_same_bits_on_any_thread_count_with_one_openmp(
+def test_the_native_kernel_gives_the_same_bits_on_any_thread_count_and_loads_no_second_openmp(
         kernel: native.NativeAttention) -> None:
-    assert kernel.parallel  # this machine's compiler has OpenMP
+    assert kernel.parallel  # built with its own threads (native/pool.c)
     q, k, v, mask = _case(8, 300, ragged=True, seed=7)  # past the grain: the rows are shared
     before = torch.get_num_threads()
     try:
@@ -116,8 +116,8 @@ def test_the_native_kernel_gives_the_same_bits_on_any_thread_count_with_one_open
     finally:
         torch.set_num_threads(before)
     assert one is not None and two is not None and torch.equal(one, two)
-    # the kernel's OpenMP (soname libgomp.so.1) is the runtime torch loaded, not the system's beside it;
-    # wheels may vendor their own under other sonames (sentencepiece does), which the kernel cannot bind to
+    # the kernels use no OpenMP runtime: the only libgomp is the one torch loaded, none of the system's
+    # beside it (wheels may vendor their own under other sonames: sentencepiece does)
     maps = Path("/proc/self/maps").read_text().splitlines()
     runtimes = {line.split()[-1] for line in maps if "libgomp" in line or "libomp" in line}
     assert str(Path(torch.__file__).parent / "lib" / "libgomp.so.1") in runtimes, runtimes

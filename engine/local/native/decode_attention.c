@@ -8,17 +8,15 @@
  * is split between threads.
  *
  * Built by engine/local/native.py with the machine's C compiler at first use; no torch headers.
- * With OpenMP the (row, key-value head) pairs are shared among the threads asked for; the OpenMP
- * runtime is the one torch already loaded (same soname, libgomp.so.1).
+ * The (row, key-value head) pairs are shared among the threads asked for by the kernels' own pool
+ * (pool.c).
  */
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
 
 #include "bf16.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "pool.h"
 
 #define MAX_GROUP 32
 #define MAX_DIM 512
@@ -242,6 +240,41 @@ static void head64(const Head *a) {
 }
 #endif
 
+typedef struct {
+    int64_t hq, hkv, t, d, groups;
+    float scale;
+    const uint16_t *q;
+    int64_t qsb, qsh;
+    const uint16_t *k;
+    int64_t ksb, ksh, kst;
+    const uint16_t *v;
+    int64_t vsb, vsh, vst;
+    const uint8_t *mask;
+    int64_t msb;
+    uint16_t *out;
+    float *scratch;
+} Job;
+
+/* The (row, key-value head) pairs [begin, end) of a job, with scratch slot ``slot``. */
+static void heads(void *ctx, int64_t begin, int64_t end, int64_t slot) {
+    const Job *j = (const Job *)ctx;
+    const int64_t hkv = j->hkv, groups = j->groups, t = j->t, d = j->d;
+    for (int64_t w = begin; w < end; w++) {
+        const int64_t row = w / hkv, h = w % hkv;
+        Head a = {groups, t, d, j->qsh, j->kst, j->vst, j->scale,
+                  j->q + row * j->qsb + h * groups * j->qsh, j->k + row * j->ksb + h * j->ksh,
+                  j->v + row * j->vsb + h * j->vsh, j->mask ? j->mask + row * j->msb : NULL,
+                  j->out + (row * j->hq + h * groups) * d, j->scratch + slot * groups * t};
+#ifdef HAVE_AVX512_BF16
+        if (d == 64) {
+            head64(&a);
+            continue;
+        }
+#endif
+        head_portable(&a);
+    }
+}
+
 /* Returns 0, or -1 for shapes this kernel does not take (the caller checks them first).
  * q: [b, hq, d] at (qsb, qsh, 1); k, v: [b, hkv, t, d] at (sb, sh, st, 1); mask: NULL, or
  * [b, t] bytes at (msb, 1), nonzero attends; out: [b, hq, d] contiguous; scratch: threads *
@@ -255,24 +288,7 @@ int tw_decode_attention(int64_t b, int64_t hq, int64_t hkv, int64_t t, int64_t d
     if (hkv <= 0 || groups <= 0 || groups * hkv != hq || groups > MAX_GROUP || d <= 0 || d > MAX_DIM || t <= 0
         || threads <= 0)
         return -1;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t w = 0; w < b * hkv; w++) {
-        const int64_t row = w / hkv, h = w % hkv;
-#ifdef _OPENMP
-        const int64_t slot = omp_get_thread_num();
-#else
-        const int64_t slot = 0;
-#endif
-        Head a = {groups, t, d, qsh, kst, vst, scale,
-                  q + row * qsb + h * groups * qsh, k + row * ksb + h * ksh, v + row * vsb + h * vsh,
-                  mask ? mask + row * msb : NULL, out + (row * hq + h * groups) * d, scratch + slot * groups * t};
-#ifdef HAVE_AVX512_BF16
-        if (d == 64) {
-            head64(&a);
-            continue;
-        }
-#endif
-        head_portable(&a);
-    }
+    const Job job = {hq, hkv, t, d, groups, scale, q, qsb, qsh, k, ksb, ksh, kst, v, vsb, vsh, vst, mask, msb, out, scratch};
+    tw_pool_run(threads, b * hkv, 1, heads, (void *)&job);
     return 0;
 }

@@ -10,16 +10,14 @@
  * inputs and results as zero).
  *
  * Every output is computed alone, in a fixed order: the bits do not depend on the number of rows,
- * on the thread count or on how the panels are split between threads. With OpenMP the panels are
- * shared among the threads asked for (the OpenMP runtime torch already loaded).
+ * on the thread count or on how the panels are split between threads. The panels are shared among
+ * the threads asked for by the kernels' own pool (pool.c).
  */
 #include <stdint.h>
 #include <string.h>
 
 #include "bf16.h"
-#ifdef _OPENMP
-#include <omp.h>
-#endif
+#include "pool.h"
 #if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
 #include <immintrin.h>
 #define TW_BF16_VECTOR 1
@@ -138,6 +136,23 @@ static void panel(int64_t m, int64_t k, const uint16_t *x, int64_t xs, const uin
 }
 #endif
 
+typedef struct {
+    int64_t m, k, n, xs, os, size;
+    const uint16_t *x, *w;
+    const float *bias;
+    uint16_t *out;
+} LinearJob;
+
+static void linear_share(void *ctx, int64_t begin, int64_t end, int64_t slot) {
+    const LinearJob *j = (const LinearJob *)ctx;
+    (void)slot;
+    for (int64_t p = begin; p < end; p++) {
+        const int64_t cols = j->n - p * PANEL < PANEL ? j->n - p * PANEL : PANEL;
+        panel(j->m, j->k, j->x, j->xs, j->w + p * j->size, j->bias ? j->bias + p * PANEL : 0, j->out + p * PANEL,
+              j->os, cols);
+    }
+}
+
 /* out[m][n] (row stride ``os``) = x[m][k] (row stride ``xs``) . W^T + bias, W packed by
  * tw_linear_pack, ``bias`` fp32 padded to whole panels or NULL. Returns 0, or -1 for a shape it
  * does not take. */
@@ -145,10 +160,8 @@ int tw_linear(int64_t m, int64_t k, int64_t n, const uint16_t *x, int64_t xs, co
               uint16_t *out, int64_t os, int64_t threads) {
     if (m < 0 || k <= 0 || n <= 0 || xs < k || os < n) return -1;
     const int64_t panels = (n + PANEL - 1) / PANEL, size = ((k + 1) / 2) * PANEL * 2;
-#pragma omp parallel for schedule(static) num_threads(threads) if (threads > 1)
-    for (int64_t p = 0; p < panels; p++) {
-        const int64_t cols = n - p * PANEL < PANEL ? n - p * PANEL : PANEL;
-        panel(m, k, x, xs, w + p * size, bias ? bias + p * PANEL : 0, out + p * PANEL, os, cols);
-    }
+    LinearJob job = {m, k, n, xs, os, size, x, w, bias, out};
+    /* shares of about an eighth of each thread's part: a thread that starts late still gets some */
+    tw_pool_run(threads, panels, threads > 1 ? panels / (threads * 8) : panels, linear_share, &job);
     return 0;
 }
