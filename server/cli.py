@@ -55,7 +55,9 @@ ENGINE_ENVIRONMENT = """
   TOKENWIRE_THREAD_PLAN                 adaptive (default: each forward runs at the thread count that
                                         measured fastest for its size) or fixed (always all of them)
   OMP_WAIT_POLICY                       what torch's OpenMP threads do at a barrier (default under serve:
-                                        PASSIVE, they sleep; ACTIVE spins; docs/engine.md, Threads)"""
+                                        PASSIVE, they sleep; ACTIVE spins; docs/engine.md, Threads)
+  TOKENWIRE_NATIVE_SPIN_US              µs a thread of the native kernels waits awake for the next
+                                        kernel before it sleeps (default 100; 0 sleeps at once)"""
 
 NUM_THREADS_ENV = "TOKENWIRE_NUM_THREADS"
 

@@ -1,14 +1,15 @@
 """How many of the engine's torch threads each forward gets (torch-free: the runner applies it).
 
 With passive OpenMP threads (engine/local/omp.py) every parallel region of a forward pays a
-wake-up, so a small step runs faster on fewer threads; where the line lies depends on the
-machine, its load and the model, so :class:`ThreadPlan` measures it while serving. Each forward
-falls into a bucket (prefill or decode, tokens or rows, KV length, each to a power of two); a
-bucket tries each thread count once (1, the configured count, the powers of two between), runs
-the fastest by wall time, and re-checks the others at its 4th forward and then every 32nd,
-less often while they keep losing. It assumes a forward's time depends on its own thread count,
-which holds for passive threads. Why, what it measured and what it costs: docs/engine.md,
-"Each forward's thread count".
+wake-up (the native kernels' own threads pay less: native/pool.c), so a small step may run faster
+on fewer threads; where the line lies depends on the machine, its load and the model, so
+:class:`ThreadPlan` measures it while serving. Each forward falls into a bucket (prefill or
+decode, tokens or rows, KV length, each to a power of two); a bucket tries each thread count once
+(1, the configured count, the powers of two between), runs the fastest by wall time, and
+re-checks the others at its 4th forward and then every 32nd, less often while they keep losing.
+It assumes a forward's time depends on its own thread count, which holds for passive threads
+(and for the native pool's spin, which ends 100 µs after its last call by default). Why, what it
+measured and what it costs: docs/engine.md, "Each forward's thread count".
 """
 
 from __future__ import annotations

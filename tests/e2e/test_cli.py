@@ -70,7 +70,7 @@ def test_help_lists_the_environment_variables(command: list[str]) -> None:
     for name in ("TOKENWIRE_API_KEY", "TOKENWIRE_STATE_SECRET", "TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS",
                  "TOKENWIRE_CACHE_DIR"):
         assert name in text
-    for name in ("TOKENWIRE_NUM_THREADS", "TOKENWIRE_THREAD_PLAN"):  # threads of the local engine
+    for name in ("TOKENWIRE_NUM_THREADS", "TOKENWIRE_THREAD_PLAN", "TOKENWIRE_NATIVE_SPIN_US"):  # the local engine
         assert (name in text) == (command == ["serve"])
 
 
