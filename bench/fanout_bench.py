@@ -10,11 +10,16 @@ pipeline (render, admission, the engine stream's step-wise ``listen`` path, incr
 step through the same :class:`engine.outbox.OutboxStream` the engine link and the local engine use,
 as a link's ``batch`` message would.
 
+``--step-ms`` paces the steps; ``--evict-mb 64`` writes over 64 MiB between steps, so that every
+step starts with cold caches as a paced step does on a shared host (docs/benchmarks.md, issue 18,
+fifth pass), with less spread than pacing alone.
+
 Reported: CPU µs per token for the steady steps (every stream mid-stream) and for the whole run
 (requests' render, admission and done frames included), the best of ``--rounds``. ``--profile``
 adds a cProfile table of the steady steps (its overhead inflates the figures; read its shares).
 
     .venv/bin/python -m bench.fanout_bench [--streams 256] [--tokens 128] [--rounds 5] [--profile]
+        [--step-ms 1 --evict-mb 64]
 """
 
 from __future__ import annotations
@@ -124,8 +129,20 @@ class CountingWriter:
         return None
 
 
+class Evictor:
+    """Writes one byte of every cache line of ``mb`` MiB: whatever the steps had in the caches is
+    gone afterwards (a deterministic stand-in for the neighbours of a shared host)."""
+
+    def __init__(self, mb: int) -> None:
+        self.memory = bytearray(mb << 20)
+        self.zeros = bytes(len(self.memory) // 64)
+
+    def sweep(self) -> None:
+        self.memory[::64] = self.zeros
+
+
 async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profile | None,
-                 step_s: float = 0.0) -> dict[str, Any]:
+                 step_s: float = 0.0, evictor: Evictor | None = None) -> dict[str, Any]:
     settings = Settings(mode=Mode.RENDER, model_dir=model, served_model_name="bench", engine_url="ws://unused",
                         state_secret=b"bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz")
     engine = StepEngine(word_token_ids(model), tokens)
@@ -166,6 +183,8 @@ async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profi
                 steady_tokens += live
             if profile is not None:
                 profile.disable()
+            if evictor is not None:
+                evictor.sweep()
             if step_s:
                 await asyncio.sleep(step_s)  # paced steps: other processes run between them
         for _ in range(50):  # the requests' tasks end and send their done frames
@@ -182,13 +201,14 @@ async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profi
 
 
 def run(model: Path, streams: int, tokens: int, rounds: int, profile: bool = False,
-        step_ms: float = 0.0) -> dict[str, Any]:
+        step_ms: float = 0.0, evict_mb: int = 0) -> dict[str, Any]:
     results, prof = [], cProfile.Profile() if profile else None
+    evictor = Evictor(evict_mb) if evict_mb else None
     for _ in range(rounds):
-        results.append(asyncio.run(_round(model, streams, tokens, prof, step_ms / 1e3)))
+        results.append(asyncio.run(_round(model, streams, tokens, prof, step_ms / 1e3, evictor)))
     best = min(results, key=lambda r: r["steady_us_per_token"])
     out: dict[str, Any] = {"benchmark": "fanout_in_process", "model": model.name, "streams": streams,
-                           "tokens_per_stream": tokens, "step_ms": step_ms, "rounds": rounds, "best": best, "all": results}
+                           "tokens_per_stream": tokens, "step_ms": step_ms, "evict_mb": evict_mb, "rounds": rounds, "best": best, "all": results}
     if prof is not None:
         text = io.StringIO()
         pstats.Stats(prof, stream=text).sort_stats("tottime").print_stats(30)
@@ -205,10 +225,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", action="store_true", help="print a cProfile table of the steady steps")
     p.add_argument("--step-ms", type=float, default=0.0,
                    help="sleep this long between steps (0: back to back, caches warm)")
+    p.add_argument("--evict-mb", type=int, default=0,
+                   help="between steps, write over this many MiB (64: every step starts with cold caches, "
+                        "as on a shared host, but steadier)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     model = model_or_default(a.model)
-    result = run(model, a.streams, a.tokens, a.rounds, a.profile, a.step_ms)
+    if a.evict_mb < 0:
+        p.error("--evict-mb: 0 or more")
+    result = run(model, a.streams, a.tokens, a.rounds, a.profile, a.step_ms, a.evict_mb)
     profile = result.pop("profile", None)
     emit(result, a.out)
     if profile:
