@@ -57,8 +57,6 @@ class Library:
         self.spin_us = spin_us()
         lib.tw_pool_spin.argtypes, lib.tw_pool_spin.restype = [_I], None
         lib.tw_pool_spin(round(self.spin_us * 1000))
-        self.pool_threads = lib.tw_pool_threads
-        self.pool_threads.restype = _I
         self.attention = NativeAttention(lib, parallel=self.parallel)
         self.linear = NativeLinear(lib, parallel=self.parallel)
 
