@@ -11,8 +11,8 @@ step through the same :class:`engine.outbox.OutboxStream` the engine link and th
 as a link's ``batch`` message would.
 
 ``--step-ms`` paces the steps; ``--evict-mb 64`` writes over 64 MiB between steps, so that every
-step starts with cold caches as a paced step does on a shared host (docs/benchmarks.md, issue 18,
-fifth pass), with less spread than pacing alone.
+step starts with cold caches as a paced step does on a shared host, whatever the neighbours do
+(docs/benchmarks.md, issue 18, fifth pass).
 
 Reported: CPU µs per token for the steady steps (every stream mid-stream) and for the whole run
 (requests' render, admission and done frames included), the best of ``--rounds``. ``--profile``
