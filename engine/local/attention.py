@@ -14,13 +14,13 @@ docs/engine.md, "Decode attention in bf16".
 from __future__ import annotations
 
 import logging
-import os
 from typing import Any
 
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward  # once, not per layer call
 
 from engine.local import native
+from engine.local.env_choice import env_choice
 
 log = logging.getLogger("tokenwire.engine")
 
@@ -36,10 +36,7 @@ _native_loaded: native.Loaded | None = None  # native.shared(): built or found o
 def mode() -> str:
     """``TOKENWIRE_DECODE_ATTENTION``: one of :data:`MODES`, ``native`` when unset; any other
     value is ignored with a warning, as the engine's other settings are."""
-    value = os.environ.get("TOKENWIRE_DECODE_ATTENTION", "").strip().lower()
-    if value and value not in MODES:
-        log.warning("ignoring TOKENWIRE_DECODE_ATTENTION=%r (use 'native', 'grouped' or 'sdpa')", value)
-    return value if value in MODES else "native"
+    return env_choice("TOKENWIRE_DECODE_ATTENTION", MODES)
 
 
 def enabled() -> bool:

@@ -18,6 +18,7 @@ from typing import Any, Protocol, cast
 import torch
 
 from engine.local import native
+from engine.local.env_choice import env_choice
 
 log = logging.getLogger("tokenwire.engine")
 
@@ -138,10 +139,7 @@ def enabled() -> bool:
 def kernel_setting() -> str:
     """``TOKENWIRE_LINEAR_KERNEL``: one of :data:`KERNELS`, ``native`` when unset; any other
     value is named in a warning and ignored."""
-    value = os.environ.get("TOKENWIRE_LINEAR_KERNEL", "").strip().lower()
-    if value and value not in KERNELS:
-        log.warning("ignoring TOKENWIRE_LINEAR_KERNEL=%r (use 'native' or 'onednn')", value)
-    return value if value in KERNELS else "native"
+    return env_choice("TOKENWIRE_LINEAR_KERNEL", KERNELS)
 
 
 def _onednn_available() -> bool:
