@@ -22,7 +22,8 @@ from pathlib import Path
 # (stage, frame-name fragments); a stack belongs to the first stage with a matching frame
 STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("write system call (loopback: the receiver's wake-up too)", ("FrameWriter.write", "send_data")),
-    ("frame encoding (JSON, seq, header)", ("ServerFrame.encode", "Session.stamp", "text_frame", "to_dict")),
+    ("frame encoding (JSON, seq, header)", ("ServerFrame.encode", "Session.stamp", "text_frame", "to_dict",
+                                            "pipeline_delta_bytes")),
     ("derender and chunk building", ("ChatDerenderer.push", "CompletionDerenderer.push", "ChoiceStream",
                                      "Detokenizer")),
     ("per-request work (frame parsing, render, admission, engine call, done frames)",
@@ -32,10 +33,14 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
                                                                  "Session._do_send_delta", "Session._emit")),
     ("metrics per output", ("Generation._measure", "TokenMetrics")),
     ("connection: readiness, end-of-tick flush", ("Connection._do", "Connection.drain", "_end_of_tick",
-                                                  "_flush_ticks", "Connection._flush", "FrameWriter.ready")),
+                                                  "_flush_ticks", "Connection._flush", "FrameWriter.ready",
+                                                  "Connection._writable", "Connection._first_of_tick",
+                                                  "Connection._open_tick")),
     ("pipeline fan-out (feed, events, callbacks)", ("PipelineStream", "_pipeline.<locals>", "_listened.<locals>",
                                                     "_Report.pipeline_delta", "OutboxStream", "Generation.listen")),
-    ("engine link: reading and dispatching a step", ("_Link._read", "_Link._dispatch", "_Call.delta", "Outbox.push")),
+    ("engine link: reading and dispatching a step", ("_Link._read", "_Link._dispatch", "_Call.delta", "Outbox.push",
+                                                     # the link's websockets client parsing a step's message
+                                                     "ClientProtocol.parse", "Connection.data_received")),
     ("event loop and task switching", ("Runner.run", "TaskHandle", "run_forever")),
 )
 

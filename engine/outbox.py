@@ -25,33 +25,43 @@ DEFAULT_CAPACITY = 64
 class Outbox:
     """One request's pending outputs (loop-thread only)."""
 
-    __slots__ = ("_items", "_listener", "_waiter", "capacity", "done")
+    __slots__ = ("_items", "_listener", "_on_last", "_waiter", "capacity", "done")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self._items: deque[EngineOutput | EngineError] = deque()
         self._waiter: asyncio.Future[None] | None = None
         self._listener: Callable[[EngineOutput | EngineError], None] | None = None
+        self._on_last: Callable[[], None] | None = None
         self.capacity = capacity
         self.done = False  # the final output (or an error) has been pushed
 
-    def listen(self, callback: Callable[[EngineOutput | EngineError], None]) -> None:
+    def listen(self, callback: Callable[[EngineOutput | EngineError], None],
+               on_last: Callable[[], None] | None = None) -> None:
         """From now on hand every item to ``callback`` as it is pushed, instead of keeping it for
         :meth:`get` (what is pending goes first, merged as ``get`` would). The consumer then runs
-        inside the engine's own delivery on the event loop: no task is woken per output."""
+        inside the engine's own delivery on the event loop: no task is woken per output.
+        ``on_last`` runs just before the last item (the finished output, or an error) is handed."""
         self._listener = callback
+        self._on_last = on_last
         while self._items:
             item = self._items.popleft()
             if isinstance(item, EngineOutput):
                 while self._items and isinstance(self._items[0], EngineOutput):
                     merge_into(item, self._items.popleft())  # type: ignore[arg-type]
+            if on_last is not None and (isinstance(item, EngineError) or item.finished):
+                on_last()
             callback(item)
 
     def push(self, item: EngineOutput | EngineError) -> None:
         if self.done:
             return
-        if self._listener is not None:
-            self.done = isinstance(item, EngineError) or item.finished
-            self._listener(item)
+        listener = self._listener
+        if listener is not None:
+            if isinstance(item, EngineError) or item.finished:
+                self.done = True
+                if self._on_last is not None:
+                    self._on_last()
+            listener(item)
             return
         if isinstance(item, EngineError):
             self._items.append(item)
@@ -154,13 +164,7 @@ class OutboxStream(EngineStream):
         """Hand every later output (or the error that ends the request) to ``callback``. Only once
         started (after the first ``__anext__``)."""
         assert self._box is not None, "listen after the first output"
-
-        def deliver(item: EngineOutput | EngineError) -> None:
-            if isinstance(item, EngineError) or item.finished:
-                self._end()
-            callback(item)
-
-        self._box.listen(deliver)
+        self._box.listen(callback, self._end)
 
     async def _close(self) -> None:
         unfinished = self._box is not None and not self._box.done

@@ -265,6 +265,20 @@ class Session:
                                  checkpoint=checkpoint, output_token_ids=output_token_ids)
         self._delta(request_id, req, frame, now)
 
+    def pipeline_delta_now(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None = None,
+                           output_token_ids: list[int] | None = None, stream_id: str | None = None) -> bytes | None:
+        """:meth:`pipeline_delta` for a caller that writes the frame at once, in the common case (an
+        open session, a running pipeline request, no action pending): the frame, stamped and
+        encoded, with no frame object and no action (this runs once per token). None, and nothing
+        done, otherwise: call :meth:`pipeline_delta`."""
+        req = self._requests.get(request_id)
+        if (req is None or req.state is not R.RUNNING or self.state is not S.OPEN or self._actions
+                or req.type not in sf.PIPELINE_KINDS):
+            return None
+        self._seq += 1
+        return sf.pipeline_delta_bytes(req.type, self._seq, req.event_id, request_id, payloads, stream_id,
+                                       checkpoint, output_token_ids)
+
     def _delta(self, request_id: str, req: _Request | None, frame: sf.ServerFrame, now: float) -> None:
         """A delta of ``req``. The common case, an open session and a running request, takes the
         effect the table gives it (``_FAST_DELTA``) without the two lookups: this runs once per

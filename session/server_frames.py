@@ -262,9 +262,22 @@ def _merge_logprobs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[
     return {**a, "content": list(a.get("content") or []) + list(b.get("content") or [])}
 
 
+def pipeline_delta_bytes(kind: str, seq: int, event_id: str | None, request_id: str, payloads: list[dict[str, Any]],
+                         stream_id: str | None, checkpoint: str | None, output_token_ids: list[int] | None) -> bytes:
+    """What ``DELTA_FRAME_OF[kind](...).encode(seq)`` gives for a ``chat`` / ``completion`` /
+    ``messages`` request, without building the frame (the per-token path: held to the classes by
+    a test)."""
+    key = "events" if kind == "messages" else "chunks"
+    return orjson.dumps({"type": _DELTA_TYPE[kind], "seq": seq, "event_id": event_id, "id": request_id,
+                         "stream_id": stream_id, "checkpoint": checkpoint, "output_token_ids": output_token_ids,
+                         key: payloads}, option=orjson.OPT_NON_STR_KEYS)
+
+
 DELTA_FRAME_OF: dict[str, type[DeltaFrame]] = {
     "generate": GenerateDelta, "chat": ChatDelta, "completion": CompletionDelta, "messages": MessagesDelta,
 }
+_DELTA_TYPE = {"chat": "chat.delta", "completion": "completion.delta", "messages": "messages.delta"}
+PIPELINE_KINDS = frozenset(_DELTA_TYPE)
 DONE_FRAME_OF: dict[str, type[GenerateDone | ChatDone | CompletionDone | MessagesDone]] = {
     "generate": GenerateDone, "chat": ChatDone, "completion": CompletionDone, "messages": MessagesDone,
 }

@@ -76,9 +76,18 @@ class _Report:
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
                        output_token_ids: list[int] | None, stream_id: str | None) -> None:
-        self._conn.session.pipeline_delta(request_id, payloads, now=self._conn._now(), checkpoint=checkpoint,
-                                          output_token_ids=output_token_ids, stream_id=stream_id)
-        self._conn.drain()
+        conn = self._conn
+        writer = conn._first_of_tick()
+        if writer is not None:  # the common case, once per token: straight from the machine to the socket
+            data = conn.session.pipeline_delta_now(request_id, payloads, checkpoint=checkpoint,
+                                                   output_token_ids=output_token_ids, stream_id=stream_id)
+            if data is not None:
+                conn._open_tick()
+                writer.write_one(data)
+                return
+        conn.session.pipeline_delta(request_id, payloads, now=conn._now(), checkpoint=checkpoint,
+                                    output_token_ids=output_token_ids, stream_id=stream_id)
+        conn.drain()
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None:
         self._conn.session.done(request_id, now=self._conn._now(), result=result, usage=usage)
@@ -144,18 +153,17 @@ class Connection:
             self._do(action)
 
     def _do(self, action: Action) -> None:
-        if isinstance(action, Send):  # the common action (once per token)
-            direct = self.direct
-            if direct is not None and self._close is None and not self.outbox and direct.ready:
-                if not self._tick_open:  # the tick's first frame leaves at once (latency) ...
-                    self._tick_open = True
-                    _end_of_tick(self, self._loop)
-                    if not self.batch:
-                        direct.write_one(self._encode(action.frame))
-                        return
-                self._tick.append(action.frame)  # ... later ones (and a batch client's) at its end
-            else:
+        if isinstance(action, Send):
+            direct = self._writable()
+            if direct is None:
                 self.outbox.put(action.frame)
+            elif not self._tick_open and not self.batch:  # the tick's first frame leaves at once (latency) ...
+                self._open_tick()
+                direct.write_one(self._encode(action.frame))
+            else:  # ... later ones (and a batch client's) at its end
+                if not self._tick_open:
+                    self._open_tick()
+                self._tick.append(action.frame)
         elif isinstance(action, Cancel):
             scope = self._scopes.get(action.id)
             if scope is not None:
@@ -173,6 +181,24 @@ class Connection:
             # The scope exists before the task runs, so a cancel that comes first still applies.
             scope = self._scopes[action.id] = anyio.CancelScope()
             self._tg.start_soon(self._request, action, scope, name=f"ws request {action.id}")
+
+    def _writable(self) -> FrameWriter | None:
+        """The direct writer, where a frame may go to the transport this tick: the session writes
+        directly, is not closing, has nothing queued in its outbox, and the transport takes more."""
+        direct = self.direct
+        if direct is None or self._close is not None or self.outbox or not direct.ready:
+            return None
+        return direct
+
+    def _first_of_tick(self) -> FrameWriter | None:
+        """The direct writer, where a frame made now would leave at once (as :meth:`_do` decides):
+        the tick's first frame, to a client that takes single frames."""
+        return None if self._tick_open or self.batch else self._writable()
+
+    def _open_tick(self) -> None:
+        """A frame left directly this tick: later ones wait for the tick's end (``_flush``)."""
+        self._tick_open = True
+        _end_of_tick(self, self._loop)
 
     def _internal_error(self, exc: BaseException) -> None:
         log.error("WebSocket session %s failed; closing with 1011", self.session.session_id, exc_info=exc)
@@ -259,9 +285,11 @@ class Connection:
 
     def _flush(self) -> None:
         """Write the frames of this tick (direct writer only): one write, one message when batched."""
-        frames, self._tick = self._tick, []
         self._tick_open = False
-        if frames and self.direct is not None:
+        if not self._tick:  # the common case: the tick's one frame already left
+            return
+        frames, self._tick = self._tick, []
+        if self.direct is not None:
             self.direct.write(self._messages(frames))  # a closed transport: the reader sees the disconnect
 
     async def _send_pending(self) -> bool:

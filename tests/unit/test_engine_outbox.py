@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine.errors import EngineInternalError, EngineUnavailable
+from engine.errors import EngineError, EngineInternalError, EngineUnavailable
 from engine.interface import ChoiceDelta, EngineOutput
 from engine.outbox import Outbox, OutboxStream
 from engine.protocol import TokenLogprob, UsageInfo
@@ -147,3 +147,30 @@ def test_closing_an_unfinished_stream_aborts_it_once_and_an_error_ends_a_listene
     log, got = asyncio.run(main())
     assert log == ["start", "forget", "abort", "start", "forget"]
     assert len(got) == 1 and isinstance(got[0], EngineUnavailable)
+
+
+def test_on_last_runs_just_before_the_last_item_whether_it_was_pending_or_pushed_later() -> None:
+    log: list[str] = []
+
+    def callback(item: EngineOutput | EngineError) -> None:
+        log.append("error" if isinstance(item, EngineError) else f"out finished={item.finished}")
+
+    pushed = Outbox()
+    pushed.listen(callback, lambda: log.append("last"))
+    pushed.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
+    pushed.push(EngineOutput("r", [ChoiceDelta(0, [2])], finished=True))
+    pushed.push(EngineOutput("r", [ChoiceDelta(0, [3])]))  # after the end: never handed
+    assert log == ["out finished=False", "last", "out finished=True"]
+
+    log.clear()
+    pending = Outbox()
+    pending.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
+    pending.push(EngineOutput("r", [ChoiceDelta(0, [2])], finished=True))
+    pending.listen(callback, lambda: log.append("last"))  # the pending outputs merge into the last one
+    assert log == ["last", "out finished=True"]
+
+    log.clear()
+    failed = Outbox()
+    failed.listen(callback, lambda: log.append("last"))
+    failed.push(EngineUnavailable("gone"))
+    assert log == ["last", "error"] and failed.done
