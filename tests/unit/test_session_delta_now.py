@@ -17,16 +17,16 @@ CONFIG = SessionConfig(model="m", frames=frozenset(f.REQUEST_FRAME_TYPES))
 START: dict[str, Any] = {"chat": f.Chat, "completion": f.Completion, "messages": f.Messages}
 
 
-def running(kind: str, *, event_id: str | None = "e1") -> Session:
+def running(kind: str, *, event_id: str | None = "e1", rid: str = "r") -> Session:
     s = Session(CONFIG, now=0.0)
-    s.receive_frame(START[kind](id="r", event_id=event_id, body={}), now=0.0)
+    s.receive_frame(START[kind](id=rid, event_id=event_id, body={}), now=0.0)
     s.actions()
-    assert s.request_state("r") is RequestState.RUNNING
+    assert s.request_state(rid) is RequestState.RUNNING
     return s
 
 
-def via_the_table(s: Session, payloads: list[dict[str, Any]], **extra: Any) -> bytes:
-    s.pipeline_delta("r", payloads, now=1.0, **extra)
+def via_the_table(s: Session, payloads: list[dict[str, Any]], rid: str = "r", **extra: Any) -> bytes:
+    s.pipeline_delta(rid, payloads, now=1.0, **extra)
     [send] = s.actions()
     assert isinstance(send, Send)
     return s.stamp(send.frame)
@@ -34,17 +34,20 @@ def via_the_table(s: Session, payloads: list[dict[str, Any]], **extra: Any) -> b
 
 @pytest.mark.parametrize("kind", ["chat", "completion", "messages"])
 @pytest.mark.parametrize("extra", [{}, {"checkpoint": "ck.sig", "output_token_ids": [5, 6], "stream_id": "chatcmpl-1"}])
-@pytest.mark.parametrize("event_id", ["e1", None])
-def test_the_bytes_are_the_frame_the_table_would_send(kind: str, extra: dict[str, Any], event_id: str | None) -> None:
-    payloads = [{"id": "x", "choices": [{"index": 0, "delta": {"content": "é\n\"q\""}}]}]
-    fast, slow = running(kind, event_id=event_id), running(kind, event_id=event_id)
-    want = via_the_table(slow, payloads, **extra)
-    got = fast.pipeline_delta_now("r", payloads, **extra)
-    assert got == want
-    assert fast.actions() == []
-    frame = orjson.loads(got)
-    assert frame["type"] == f"{kind}.delta" and frame["seq"] == 1 and frame["event_id"] == event_id
-    assert frame["events" if kind == "messages" else "chunks"] == payloads
+@pytest.mark.parametrize(("event_id", "rid"), [("e1", "r"), (None, "r"), ('ev "1"\u2028', 'id "q" \\ é\n\x7f')])
+def test_the_bytes_are_the_frame_the_table_would_send(kind: str, extra: dict[str, Any], event_id: str | None,
+                                                      rid: str) -> None:
+    payloads = [{"id": "x", "choices": [{"index": 0, "delta": {"content": "é\n\"q\""}}]}, {1: 2.5}]
+    fast, slow = running(kind, event_id=event_id, rid=rid), running(kind, event_id=event_id, rid=rid)
+    for seq in range(1, 4):
+        want = via_the_table(slow, payloads, rid, **extra)
+        got = fast.pipeline_delta_now(rid, payloads, **extra)
+        assert got == want
+        assert fast.actions() == []
+        frame = orjson.loads(got or b"null")
+        assert frame["type"] == f"{kind}.delta" and frame["seq"] == seq and frame["event_id"] == event_id
+        assert frame["id"] == rid and frame["events" if kind == "messages" else "chunks"] == orjson.loads(
+            orjson.dumps(payloads, option=orjson.OPT_NON_STR_KEYS))
 
 
 def test_seq_is_shared_with_the_frames_the_table_sends() -> None:
