@@ -276,7 +276,8 @@ def pipeline_delta_bytes(kind: str, seq: int, event_id: str | None, request_id: 
 DELTA_FRAME_OF: dict[str, type[DeltaFrame]] = {
     "generate": GenerateDelta, "chat": ChatDelta, "completion": CompletionDelta, "messages": MessagesDelta,
 }
-_DELTA_TYPE = {"chat": "chat.delta", "completion": "completion.delta", "messages": "messages.delta"}
+_DELTA_TYPE = {kind: next(f.default for f in dataclasses.fields(cls) if f.name == "type")  # "chat.delta", ...
+               for kind, cls in DELTA_FRAME_OF.items() if kind != "generate"}
 PIPELINE_KINDS = frozenset(_DELTA_TYPE)
 DONE_FRAME_OF: dict[str, type[GenerateDone | ChatDone | CompletionDone | MessagesDone]] = {
     "generate": GenerateDone, "chat": ChatDone, "completion": CompletionDone, "messages": MessagesDone,
