@@ -281,11 +281,18 @@ def _profiler(pid: int, out: Path | None, name: str) -> subprocess.Popen[bytes] 
     separate runs, since sampling stops the process it reads."""
     if out is None:
         return None
-    spy = shutil.which("py-spy") or str(Path(sys.executable).with_name("py-spy"))
+    spy = py_spy()
+    assert spy is not None, "main() checks for py-spy before --profile runs"
     out.mkdir(parents=True, exist_ok=True)
     return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--gil", "--format", "raw",
                              "--output", str(out / f"{name}.txt")],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def py_spy() -> str | None:
+    """The py-spy executable: on PATH, or beside this Python (a virtual environment's)."""
+    beside = Path(sys.executable).with_name("py-spy")
+    return shutil.which("py-spy") or (str(beside) if beside.is_file() else None)
 
 
 def _stop(proc: subprocess.Popen[bytes] | None) -> None:
@@ -413,6 +420,9 @@ def main(argv: list[str] | None = None) -> int:
                         "figures are not comparable: sampling stops the process)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
+    if a.profile and py_spy() is None:
+        p.error("--profile needs py-spy, which is not on PATH nor beside this Python: "
+                "install it with `.venv/bin/pip install py-spy`")
     model = model_or_default(a.model)
     result = run(model, a.concurrency, a.tokens, a.step_ms, a.ramp_s, a.rounds, a.engine_link, a.sdk,
                  tuple(a.modes), Path(a.profile) if a.profile else None, a.ws_client)

@@ -37,7 +37,7 @@ def via_the_table(s: Session, payloads: list[dict[str, Any]], rid: str = "r", **
 @pytest.mark.parametrize(("event_id", "rid"), [("e1", "r"), (None, "r"), ('ev "1"\u2028', 'id "q" \\ é\n\x7f')])
 def test_the_bytes_are_the_frame_the_table_would_send(kind: str, extra: dict[str, Any], event_id: str | None,
                                                       rid: str) -> None:
-    payloads = [{"id": "x", "choices": [{"index": 0, "delta": {"content": "é\n\"q\""}}]}, {1: 2.5}]
+    payloads: list[Any] = [{"id": "x", "choices": [{"index": 0, "delta": {"content": "é\n\"q\""}}]}, {1: 2.5}]
     fast, slow = running(kind, event_id=event_id, rid=rid), running(kind, event_id=event_id, rid=rid)
     for seq in range(1, 4):
         want = via_the_table(slow, payloads, rid, **extra)
