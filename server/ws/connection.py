@@ -120,7 +120,7 @@ class Connection:
         self.batch = batch  # the client takes ``batch`` frames
         self.direct = direct  # writes frames to the transport itself (None: through ASGI)
         self._tick: list[ServerFrame] = []  # frames ready this loop tick, for ``_flush``
-        self._tick_open = False  # a frame left directly this tick; ``_flush`` is scheduled
+        self._tick_open = False  # this tick has a frame (``_open_tick``); ``_flush`` is scheduled
         self._now = anyio.current_time  # the clock (``run`` binds the loop's own)
         self._loop: asyncio.AbstractEventLoop  # the loop ``run`` runs on
         self.session = session
@@ -196,7 +196,8 @@ class Connection:
         return None if self._tick_open or self.batch else self._writable()
 
     def _open_tick(self) -> None:
-        """A frame left directly this tick: later ones wait for the tick's end (``_flush``)."""
+        """This tick has written (or, for a batch client, queued) a frame: later ones wait for the
+        tick's end, where ``_flush`` writes them (one callback per tick for every such session)."""
         self._tick_open = True
         _end_of_tick(self, self._loop)
 
