@@ -8,12 +8,13 @@ gating) prints one line and exits 2, and the flags and the port are checked befo
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import math
 import os
 import socket
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
@@ -25,6 +26,9 @@ from server.gating import GatingError, decide
 from server.hosts import default_allowed_hosts
 from server.listener import bind
 from server.settings import Mode, Settings
+from session.parsers import REASONING_PARSERS, TOOL_PARSERS
+from session.parsers.auto import AUTO
+from session.parsers.auto import resolve as resolve_auto
 from session.state import check_secret
 
 EXIT_USAGE = 2
@@ -109,9 +113,12 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="context length (default: from the model's config)")
     p.add_argument("--chat-template", default=None,
                    help="a Jinja chat template file (or template text) to use instead of the model's")
-    p.add_argument("--tool-call-parser", default=None,
-                   help="tool-call parser: hermes, llama3_json, mistral, pythonic, deepseek_v3")
-    p.add_argument("--reasoning-parser", default=None, help="reasoning parser: deepseek_r1, qwen3")
+    p.add_argument("--tool-call-parser", default=None, type=_parser_name("tool call", TOOL_PARSERS), metavar="NAME",
+                   help=f"tool-call parser, by vLLM's name, or auto (chosen from the model's chat template and "
+                        f"config.json): {', '.join(sorted(TOOL_PARSERS))}")
+    p.add_argument("--reasoning-parser", default=None, type=_parser_name("reasoning", REASONING_PARSERS),
+                   metavar="NAME", help=f"reasoning parser, by vLLM's name, or auto: "
+                                        f"{', '.join(sorted(REASONING_PARSERS))}")
     p.add_argument("--enable-auto-tool-choice", action="store_true",
                    help='allow tool_choice "auto" (needs --tool-call-parser)')
     p.add_argument("--api-key", action="append", default=None,
@@ -205,6 +212,51 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _parser_name(kind: str, known: Mapping[str, object]) -> Callable[[str], str]:
+    """An argparse type: a registered parser name or ``auto``, checked when the flags are parsed
+    (a misspelt name is a usage error naming the valid ones, before any model loads)."""
+    def check(value: str) -> str:
+        if value == AUTO or value in known:
+            return value
+        raise argparse.ArgumentTypeError(f"unknown {kind} parser {value!r}; valid names: auto, "
+                                         f"{', '.join(sorted(known))}")
+    return check
+
+
+def model_chat_template(model_dir: Path) -> str | None:
+    """The chat template a model directory ships (``chat_template.jinja``, else the default one in
+    ``tokenizer_config.json``), without loading the tokenizer."""
+    path = model_dir / "chat_template.jinja"
+    if path.is_file():
+        return path.read_text(encoding="utf-8")
+    try:
+        config = json.loads((model_dir / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    template = config.get("chat_template") if isinstance(config, dict) else None
+    if isinstance(template, list):  # named templates: the default one
+        named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+        template = named.get("default")
+    return template if isinstance(template, str) else None
+
+
+def auto_parsers(args: argparse.Namespace, model_dir: Path, template: str | None) -> tuple[str | None, str | None]:
+    """``--tool-call-parser`` / ``--reasoning-parser`` with ``auto`` resolved from the model's chat
+    template (``--chat-template`` when given) and ``config.json``, logged in one line."""
+    tool, reasoning = args.tool_call_parser, args.reasoning_parser
+    if AUTO not in (tool, reasoning):
+        return tool, reasoning
+    try:
+        config = json.loads((model_dir / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        config = None
+    tool, reasoning, line = resolve_auto(tool, reasoning, template or model_chat_template(model_dir),
+                                         config if isinstance(config, dict) else None)
+    if line:
+        logging.getLogger("tokenwire").info("%s", line)
+    return tool, reasoning
+
+
 def _fail(message: str) -> int:
     print(f"tokenwire: error: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -226,6 +278,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
             template = path.read_text()
         except OSError as exc:
             raise ValueError(f"cannot read --chat-template {path}: {exc.strerror}") from None
+    tool_parser, reasoning_parser = auto_parsers(args, model_dir, template)
     keys = tuple(args.api_key or ()) or tuple(k for k in [environ.get("TOKENWIRE_API_KEY")] if k)
     secret, previous = state_secrets(args, environ)
     extra = {}
@@ -240,8 +293,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         port=args.port,
         max_model_len=args.max_model_len,
         chat_template=template,
-        tool_call_parser=args.tool_call_parser,
-        reasoning_parser=args.reasoning_parser,
+        tool_call_parser=tool_parser,
+        reasoning_parser=reasoning_parser,
         enable_auto_tool_choice=args.enable_auto_tool_choice,
         api_keys=keys,
         state_secret=secret,

@@ -197,9 +197,10 @@ class ChoiceStream:
     # --- the step --------------------------------------------------------------------------------
     @property
     def calls_made(self) -> int:
-        if self.tool is None:
+        tool: ToolParser | ReasoningParser | None = self.tool or self.reasoning  # (harmony: the reasoning slot)
+        made: int = getattr(tool, "calls_made", 0)
+        if not made:
             return 0
-        made = self.tool.calls_made
         return min(made, 1) if not self.spec.parallel_tool_calls else made
 
     def push(self, ids: Sequence[int], finish_reason: str | None = None,
@@ -341,6 +342,7 @@ class ChoiceStream:
             return Piece(content=text)
         reasoning = ""
         content = text
+        harmony_calls: Sequence[ToolCallDelta] = ()  # a harmony parser also makes the calls
         if reasoning_parser is not None:
             d = reasoning_parser.feed(text) if text else None
             if done:
@@ -351,11 +353,13 @@ class ChoiceStream:
                     d.extend(f)
             if d is None:
                 return Piece()
-            reasoning, content = d.reasoning, d.content
+            reasoning, content, harmony_calls = d.reasoning, d.content, d.tool_calls
             if not self.spec.include_reasoning:
                 reasoning = ""
         if tool_parser is None:
-            return Piece(content=content, reasoning=reasoning)
+            if harmony_calls and not self.spec.parallel_tool_calls:
+                harmony_calls = [c for c in harmony_calls if c.index == 0]
+            return Piece(content=content, reasoning=reasoning, tool_calls=harmony_calls)
         t: ParsedDelta | None = tool_parser.feed(content) if content else None
         if done:
             f = tool_parser.finish()

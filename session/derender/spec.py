@@ -19,6 +19,7 @@ from session.detokenizer import SEED_WINDOW, TokenTable
 from session.errors import DerenderError
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, effective_tool_choice, tool_parser_class
 from session.parsers.base import ParserContext, ReasoningParser, ToolParser
+from session.parsers.harmony import harmony_for
 from session.parsers.tool import NamedToolChoiceParser
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 
@@ -120,6 +121,11 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         prompt_opens_reasoning=opens,
     )
     tool_cls = _tool_parser(config, ctx)
+    tool_calls_finish = tool_cls is not NamedToolChoiceParser  # OpenAI: a forced function ends "stop"
+    harmony = harmony_for(config.tool_parser, config.reasoning_parser, config.enable_auto_tool_choice)
+    if harmony is not None:  # gpt-oss: one harmony parser splits everything (session/parsers/harmony.py)
+        reasoning_cls, tool_cls = harmony, None
+        tool_calls_finish = not isinstance(effective_tool_choice(ctx), dict)
     needs_special = any(getattr(p, "needs_special_tokens", False) for p in (tool_cls, reasoning_cls) if p)
     return StreamSpec(
         table=table,
@@ -132,7 +138,7 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         parser_ctx=ctx,
         include_reasoning=request.include_reasoning,
         parallel_tool_calls=ctx.parallel_tool_calls,
-        tool_calls_finish=tool_cls is not NamedToolChoiceParser,  # OpenAI: a forced function ends "stop"
+        tool_calls_finish=tool_calls_finish,
         prompt_tail=tuple(prompt_ids[-SEED_WINDOW:]),
     )
 

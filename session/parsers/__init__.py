@@ -12,6 +12,7 @@ from typing import Any
 
 from .base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
 from .errors import MalformedSnapshot, UnknownParser
+from .harmony import HarmonyReasoningParser, HarmonyToolParser
 from .reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
 from .tool import (
     DeepSeekV3ToolParser,
@@ -34,12 +35,14 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "pythonic": PythonicToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV3ToolParser,
+    "openai": HarmonyToolParser,  # gpt-oss harmony (session/parsers/harmony.py)
 }
 
 # ``--reasoning-parser`` names.
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "deepseek_r1": DeepSeekR1ReasoningParser,
     "qwen3": Qwen3ReasoningParser,
+    "openai_gptoss": HarmonyReasoningParser,
 }
 
 

@@ -47,6 +47,36 @@ def conversation_of(messages: list[ChatMessage], content_format: ContentFormat, 
     return out
 
 
+def developer_as_system(conversation: list[dict[str, Any]], template_source: str) -> list[dict[str, Any]]:
+    """vLLM's rule for templates without a ``developer`` role (the OpenAI SDK and Codex send one):
+    when a message is ``developer`` and the template's source never names that role, every developer
+    message becomes ``system``, and when a system message then stands past the first position (or
+    there are several) they are merged, their texts joined by a blank line, into one system message
+    at the front. A template that names the role gets the conversation unchanged."""
+    if not any(m["role"] == "developer" for m in conversation):
+        return conversation
+    if '"developer"' in template_source or "'developer'" in template_source:
+        return conversation
+    converted = [{**m, "role": "system"} if m["role"] == "developer" else m for m in conversation]
+    texts: list[str] = []
+    rest: list[dict[str, Any]] = []
+    merge = False
+    for i, msg in enumerate(converted):
+        if msg["role"] != "system":
+            rest.append(msg)
+            continue
+        merge = merge or i > 0 or bool(texts)
+        content = msg.get("content", "")
+        if isinstance(content, list):
+            content = "\n".join(p["text"] if isinstance(p, dict) else p for p in content
+                                 if isinstance(p, str) or (isinstance(p, dict) and "text" in p))
+        if content:
+            texts.append(content)
+    if not merge:
+        return converted
+    return [{"role": "system", "content": "\n\n".join(texts)}, *rest]
+
+
 def _content(content: str | list[str | ContentPart] | None, fmt: ContentFormat, index: int,
              images: list[ImageRef] | None, placeholder: str) -> str | list[dict[str, Any]]:
     if content is None:

@@ -25,7 +25,7 @@ from session.errors import ModelNotFound, RenderError
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest, NamedToolChoice
 from session.render.anthropic import to_openai_chat
-from session.render.conversation import conversation_of, tool_dicts_of
+from session.render.conversation import conversation_of, developer_as_system, tool_dicts_of
 from session.render.encoder import Encoder, assistant_mask
 from session.render.images import ImageRef
 from session.render.limits import FittedPrompt, check_text_length, fit_mask, fit_prompt
@@ -127,6 +127,7 @@ class Renderer:
         images: list[ImageRef] = []
         conversation = conversation_of(req.messages, template.content_format, images=images,
                                        placeholder=self.vision.placeholder if self.vision else "")
+        conversation = developer_as_system(conversation, template.source)
         if images:
             if self.vision is None:
                 raise RenderError(f"The model `{self.model_name}` does not accept images; send text only.",
