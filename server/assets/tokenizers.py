@@ -170,7 +170,11 @@ FAMILY_RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
                     builder="deepseek"),
     TokenizerRecipe("ministral-3-reasoning", "mistralai-Ministral-3-14B-Reasoning-2512.jinja", 131072, (2,),
                     {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>", "add_bos_token": True,
-                     "add_eos_token": False, "clean_up_tokenization_spaces": False}, builder="mistral-nemo"),
+                     "add_eos_token": False, "clean_up_tokenization_spaces": False}, builder="mistral-nemo",
+                    # tekken_240718 predates the v13 controls the Ministral-3 templates and vLLM's mistral
+                    # parsers look for: at ranks 32-35 after the deprecated 20 (<SPECIAL_n> fillers between)
+                    added=_specials(*(f"<SPECIAL_{i}>" for i in range(20, 32)), "[ARGS]", "[CALL_ID]", "[THINK]",
+                                    "[/THINK]")),
     TokenizerRecipe("gemma-4", "google-gemma-4-31B-it.jinja", 262144, (1, 106),
                     {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
                      "mask_token": "<mask>", "add_bos_token": True, "add_eos_token": False,
@@ -198,7 +202,7 @@ def build(name: str, out: Path) -> None:
     elif recipe.builder == "llama3.1":
         tok = _llama31(work / "ggml-vocab-llama-bpe.gguf")
     elif recipe.builder == "mistral-nemo":
-        tok = _mistral_nemo(work, out / VECTORS_DIR)
+        tok = _mistral_nemo(work, out / VECTORS_DIR, tuple(t for t, _ in recipe.added))
     elif recipe.builder == "gemma4":
         tok = _gemma4(work / "ggml-vocab-gemma-4.gguf")
     else:
@@ -286,7 +290,7 @@ def _llama31(vocab_file: Path) -> Any:
     return tok
 
 
-def _mistral_nemo(work: Path, vectors: Path) -> Any:
+def _mistral_nemo(work: Path, vectors: Path, extra: tuple[str, ...] = ()) -> Any:
     from transformers.integrations.mistral.tokenizer import convert_tekken_tokenizer
 
     tekken = vectors / "tekken_240718.json"
@@ -301,7 +305,8 @@ def _mistral_nemo(work: Path, vectors: Path) -> Any:
     # We read that list from mistral-common's source (never importing it: it pulls heavy
     # dependencies) and hand the converter a copy of the file that carries it.
     data = json.loads(tekken.read_text(encoding="utf-8"))
-    data["special_tokens"] = [{"rank": i, "token_str": t, "is_control": True} for i, t in enumerate(specials)]
+    data["special_tokens"] = [{"rank": i, "token_str": t, "is_control": True}
+                              for i, t in enumerate([*specials, *extra])]  # extra: the recipe's controls after them
     patched = work / "tekken.json"
     patched.write_text(json.dumps(data), encoding="utf-8")
     # A template passed explicitly: the converter must not look for or generate another one.
