@@ -14,6 +14,9 @@ from .base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, To
 from .errors import MalformedSnapshot, UnknownParser
 from .harmony import HarmonyReasoningParser, HarmonyToolParser
 from .reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
+from .reasoning.granite import GraniteReasoningParser
+from .reasoning.mistral import MistralReasoningParser
+from .reasoning.nemotron_v3 import GraniteThinkingReasoningParser, NemotronV3ReasoningParser
 from .tool import (
     DeepSeekV3ToolParser,
     HermesToolParser,
@@ -24,6 +27,8 @@ from .tool import (
     RequiredToolChoiceParser,
 )
 from .tool.forced import forced_function_name
+from .tool.granite import Granite4ToolParser, GraniteToolParser
+from .tool.llama4_pythonic import Llama4PythonicToolParser
 
 # ``--tool-call-parser`` names. ``llama4_json`` and ``deepseek_v31`` are vLLM's names for the same
 # formats (the deepseek_v3 parser reads both the V3 and the V3.1 call format).
@@ -35,6 +40,9 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "pythonic": PythonicToolParser,
     "deepseek_v3": DeepSeekV3ToolParser,
     "deepseek_v31": DeepSeekV3ToolParser,
+    "granite": GraniteToolParser,  # Granite 3.x: <|tool_call|>[{…}, …]
+    "granite4": Granite4ToolParser,  # Granite 4: <tool_call>{…}</tool_call>
+    "llama4_pythonic": Llama4PythonicToolParser,
     "openai": HarmonyToolParser,  # gpt-oss harmony (session/parsers/harmony.py)
 }
 
@@ -42,6 +50,10 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "deepseek_r1": DeepSeekR1ReasoningParser,
     "qwen3": Qwen3ReasoningParser,
+    "granite": GraniteReasoningParser,
+    "granite_thinking_parser": GraniteThinkingReasoningParser,
+    "mistral": MistralReasoningParser,
+    "nemotron_v3": NemotronV3ReasoningParser,
     "openai_gptoss": HarmonyReasoningParser,
 }
 

@@ -1,0 +1,99 @@
+"""``granite``: IBM Granite 3.2's plain-text reasoning sections, ``Here is my thought process:`` …
+``Here is my response:`` … (``Here's`` accepted for either, as vLLM accepts it).
+
+As vLLM's ``GraniteReasoningParser``: the reasoning is the text between the two phrases and the
+content the text after the second, both verbatim (the phrases are dropped); an output that does
+not start with a thought-process phrase is all content.
+
+Reading a stream: at the start the text is held while it can still become a thought-process
+phrase (at most 27 characters), then it is either reasoning or all content; inside the reasoning a
+partial response phrase is held back. State: ``m`` mode (``start`` / ``reasoning`` /
+``content``), ``b`` held text.
+
+Differs from vLLM, whose stream and non-streaming answer disagree here (this follows its stream):
+
+- a thought-process phrase that does not start the output (``Sure. Here is my thought
+  process: …``): all content; vLLM's non-streaming answer takes the reasoning from wherever the
+  phrase is, dropping the text before it;
+- no response phrase (the output was cut short): what follows the thought-process phrase is
+  reasoning; vLLM's non-streaming answer returns the whole output, phrase included, as content.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from ..base import ParsedDelta, ParserContext, ReasoningParser
+from ..errors import MalformedSnapshot
+from ..markers import find_first, held_suffix_len
+
+THINK_STARTS = ("Here is my thought process:", "Here's my thought process:")
+RESPONSE_STARTS = ("Here is my response:", "Here's my response:")
+_LONGEST_RESPONSE = max(map(len, RESPONSE_STARTS))
+
+
+class GraniteReasoningParser(ReasoningParser):
+    name = "granite"
+    needs_special_tokens = False
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._mode = "start"
+        self._buf = ""
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._mode == "content"
+
+    @property
+    def passthrough(self) -> bool:
+        return self._mode == "content" and not self._buf
+
+    def plain_reasoning_guard(self) -> str | None:
+        # every response phrase starts with "H"
+        return "H" if self._mode == "reasoning" and not self._buf else None
+
+    def feed(self, text: str) -> ParsedDelta:
+        return self._process(text, final=False)
+
+    def finish(self) -> ParsedDelta:
+        return self._process("", final=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"p": self.name, "m": self._mode, "b": self._buf}
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        try:
+            mode = snapshot["m"]
+            if mode not in ("start", "reasoning", "content"):
+                raise ValueError(mode)
+            parser._mode, parser._buf = mode, str(snapshot["b"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
+        return parser
+
+    def _process(self, text: str, final: bool) -> ParsedDelta:
+        buf, self._buf = self._buf + text, ""
+        if self._mode == "content":
+            return ParsedDelta(content=buf)
+        if self._mode == "start":
+            start = next((s for s in THINK_STARTS if buf.startswith(s)), None)
+            if start is None:
+                if not final and any(s.startswith(buf) for s in THINK_STARTS):
+                    self._buf = buf  # may still become the phrase
+                    return ParsedDelta()
+                self._mode = "content"
+                return ParsedDelta(content=buf)
+            self._mode, buf = "reasoning", buf[len(start):]
+        pos, marker = find_first(buf, RESPONSE_STARTS)
+        if pos != -1:
+            self._mode = "content"
+            return ParsedDelta(reasoning=buf[:pos], content=buf[pos + len(marker):])
+        n = len(buf)
+        end = n if final else n - held_suffix_len(buf[max(0, n - _LONGEST_RESPONSE):], RESPONSE_STARTS)
+        self._buf = buf[end:]
+        return ParsedDelta(reasoning=buf[:end])

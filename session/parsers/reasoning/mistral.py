@@ -1,0 +1,111 @@
+"""``mistral``: Magistral / Ministral-3 reasoning, ``[THINK]`` … ``[/THINK]`` (v13 tokenizers' special
+tokens).
+
+As vLLM 0.32's ``MistralParser`` grammar (``vllm/parser/mistral.py``, reasoning encoded as special
+tokens) reads a whole output:
+
+- the output starts as **content** (the templates do not open a think block in the prompt);
+  ``[THINK]`` starts reasoning and is dropped, ``[/THINK]`` ends it and is dropped;
+- a ``[TOOL_CALLS]`` while reasoning ends it implicitly: the marker and what follows are content,
+  for the tool parser;
+- a ``[THINK]`` inside reasoning is dropped, a ``[/THINK]`` inside content is dropped, and a
+  ``[THINK]`` after the reasoning ended starts reasoning again (all reasoning pieces together are
+  the reasoning);
+- no ``[/THINK]``: the rest is reasoning (the output was cut short);
+- the reasoning's trailing whitespace is dropped (``strip_trailing_reasoning_whitespace``): held
+  back (snapshot ``w``) until more reasoning comes, dropped at the end.
+
+State: ``m`` mode, ``b`` a partial marker held back, ``w`` held whitespace.
+
+``needs_special_tokens`` is true: the markers are special tokens and vLLM decodes with them.
+Differs from vLLM's stream (which this follows its non-streaming answer over): vLLM's streaming
+path treats the reasoning as over from the start when the prompt holds a ``[/THINK]`` (the
+default Ministral-3 system prompt does), and then sends ``[THINK]`` … as content unless its tool
+parser reads it.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from ..base import ParsedDelta, ParserContext, ReasoningParser
+from ..errors import MalformedSnapshot
+from ..markers import find_first, held_suffix_len
+from .nemotron_v3 import hold_trailing_space
+
+THINK_START = "[THINK]"
+THINK_END = "[/THINK]"
+TOOL_CALLS = "[TOOL_CALLS]"
+_CONTENT_MARKERS = (THINK_START, THINK_END)
+_REASONING_MARKERS = (THINK_START, THINK_END, TOOL_CALLS)
+_LONGEST = len(TOOL_CALLS)
+
+
+class MistralReasoningParser(ReasoningParser):
+    name = "mistral"
+    needs_special_tokens = True
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._mode = "content"
+        self._buf = ""
+        self._space = ""
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._mode == "content"
+
+    def feed(self, text: str) -> ParsedDelta:
+        return self._process(text, final=False)
+
+    def finish(self) -> ParsedDelta:
+        return self._process("", final=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"p": self.name, "m": self._mode, "b": self._buf, "w": self._space}
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        try:
+            mode = snapshot["m"]
+            if mode not in ("reasoning", "content"):
+                raise ValueError(mode)
+            parser._mode, parser._buf, parser._space = mode, str(snapshot["b"]), str(snapshot["w"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
+        return parser
+
+    def _process(self, text: str, final: bool) -> ParsedDelta:
+        buf, self._buf = self._buf + text, ""
+        reasoning: list[str] = []
+        content: list[str] = []
+        if "[" in buf:
+            i, n = 0, len(buf)
+            while True:
+                markers = _REASONING_MARKERS if self._mode == "reasoning" else _CONTENT_MARKERS
+                out = reasoning if self._mode == "reasoning" else content
+                pos, marker = find_first(buf, markers, i)
+                if pos == -1:
+                    end = n if final else n - held_suffix_len(buf[max(i, n - _LONGEST):], markers)
+                    out.append(buf[i:end])
+                    self._buf = buf[end:]
+                    break
+                out.append(buf[i:pos])
+                i = pos + len(marker)
+                if marker == THINK_START:
+                    self._mode = "reasoning"
+                elif marker == THINK_END:
+                    self._mode = "content"
+                else:  # [TOOL_CALLS] while reasoning: the call (marker included) is content
+                    self._mode, i = "content", pos
+        elif self._mode == "reasoning":
+            reasoning.append(buf)
+        else:
+            content.append(buf)
+        sent, self._space = hold_trailing_space(self._space, "".join(reasoning))
+        if final:
+            self._space = ""
+        return ParsedDelta(reasoning=sent, content="".join(content))

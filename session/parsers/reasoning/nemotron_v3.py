@@ -1,0 +1,96 @@
+"""``nemotron_v3``: NVIDIA Nemotron 3 ``<think>`` … ``</think>`` reasoning; ``granite_thinking_parser``:
+Granite 4.2's, the same with the content's leading newlines dropped.
+
+As vLLM 0.32's ``NemotronV3Parser``, which is its qwen3 grammar with one change: **the reasoning's
+trailing whitespace is dropped** (``strip_trailing_reasoning_whitespace``). So, as ``qwen3`` here:
+the output starts as reasoning (the Nemotron 3 template opens ``<think>\\n`` in the prompt), a
+``<think>`` in it is dropped, ``</think>`` ends it, a ``<tool_call>`` ends it implicitly (the call
+is content, for the tool parser), no ``</think>`` means all reasoning, and
+``chat_template_kwargs.enable_thinking`` false (or a prompt that closed the think block) makes
+everything content. Whitespace at the end of the reasoning is held back until more reasoning comes
+(snapshot ``w``) and dropped when the reasoning ends.
+
+``granite_thinking_parser`` (vLLM's ``GraniteThinkingParser``) also drops the newlines the content
+starts with (the Granite template writes ``</think>\\n``); snapshot ``c``: content other than
+newlines was sent.
+
+Differs from vLLM: with ``enable_thinking: false`` or ``force_nonempty_content: true`` vLLM's
+non-streaming answer swaps reasoning and content when the content is empty (an output cut short
+inside the reasoning becomes content); a stream has sent that reasoning as reasoning already and
+keeps it there (vLLM's stream sends it twice: as reasoning, then again as content at the end).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..base import ParsedDelta, ParserContext
+from .qwen3 import Qwen3ReasoningParser
+
+
+def hold_trailing_space(held: str, reasoning: str) -> tuple[str, str]:
+    """``(to send, to hold)``: reasoning text with its trailing whitespace held back (``held`` is
+    what was held before, which goes first)."""
+    if not reasoning:
+        return "", held
+    text = held + reasoning
+    sent = text.rstrip()
+    return sent, text[len(sent):]
+
+
+class NemotronV3ReasoningParser(Qwen3ReasoningParser):
+    name = "nemotron_v3"
+    needs_special_tokens = False
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._space = ""  # the reasoning's trailing whitespace, held back
+
+    def _save(self) -> dict[str, Any]:
+        return {"w": self._space}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self._space = str(state["w"])
+
+    def plain_reasoning_guard(self) -> str | None:
+        return None  # a text that ends in whitespace is not sent as it is
+
+    def feed(self, text: str) -> ParsedDelta:
+        return self._trimmed(super().feed(text), final=False)
+
+    def finish(self) -> ParsedDelta:
+        return self._trimmed(super().finish(), final=True)
+
+    def _trimmed(self, delta: ParsedDelta, final: bool) -> ParsedDelta:
+        delta.reasoning, self._space = hold_trailing_space(self._space, delta.reasoning)
+        if final or self._mode == "content":  # no more reasoning: the held whitespace was its end
+            self._space = ""
+        delta.content = self._content_out(delta.content, final)
+        return delta
+
+    def _content_out(self, content: str, final: bool) -> str:
+        return content
+
+
+class GraniteThinkingReasoningParser(NemotronV3ReasoningParser):
+    name = "granite_thinking_parser"
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._started = False  # content other than newlines was sent
+
+    @property
+    def passthrough(self) -> bool:
+        return self._started and super().passthrough
+
+    def _save(self) -> dict[str, Any]:
+        return {"w": self._space, "c": self._started}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self._space, self._started = str(state["w"]), bool(state["c"])
+
+    def _content_out(self, content: str, final: bool) -> str:
+        if content and not self._started:
+            content = content.lstrip("\n")
+            self._started = bool(content)
+        return content
