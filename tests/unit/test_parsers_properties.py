@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.base import ParserContext, ReasoningParser, ToolParser
+from session.parsers.harmony import harmony_parser
 from session.parsers.reasoning import Qwen3ReasoningParser
 from session.parsers.tool import (
     DeepSeekV3ToolParser,
@@ -45,6 +46,7 @@ ALL_PARSERS: list[tuple[AnyParser, ParserContext]] = [
     (Qwen3ReasoningParser, ParserContext(chat_template_kwargs={"enable_thinking": False})),
     (NamedToolChoiceParser, NAMED),
     (RequiredToolChoiceParser, REQUIRED),
+    (harmony_parser(True, True), AUTO),  # gpt-oss: the one parser the derender runs
 ]
 
 FRAGMENTS = [
