@@ -17,6 +17,7 @@ from .reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
 from .reasoning.granite import GraniteReasoningParser
 from .reasoning.mistral import MistralReasoningParser
 from .reasoning.nemotron_v3 import GraniteThinkingReasoningParser, NemotronV3ReasoningParser
+from .reasoning.qwen3 import SeedOssReasoningParser, Step3p5ReasoningParser
 from .tool import (
     DeepSeekV3ToolParser,
     HermesToolParser,
@@ -29,6 +30,7 @@ from .tool import (
 from .tool.forced import forced_function_name
 from .tool.granite import Granite4ToolParser, GraniteToolParser
 from .tool.llama4_pythonic import Llama4PythonicToolParser
+from .tool.qwen3_xml import MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParser
 
 # ``--tool-call-parser`` names. ``llama4_json`` and ``deepseek_v31`` are vLLM's names for the same
 # formats (the deepseek_v3 parser reads both the V3 and the V3.1 call format).
@@ -44,12 +46,23 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite4": Granite4ToolParser,  # Granite 4: <tool_call>{…}</tool_call>
     "llama4_pythonic": Llama4PythonicToolParser,
     "openai": HarmonyToolParser,  # gpt-oss harmony (session/parsers/harmony.py)
+    # Qwen3-Coder / Qwen3.5 XML calls (one engine grammar in vLLM 0.32; step3p5 is the same grammar,
+    # seed_oss and mimo variants of it); qwen3_json is vLLM's alias of hermes.
+    "qwen3_coder": Qwen3XmlToolParser,
+    "qwen3_xml": Qwen3XmlToolParser,
+    "step3p5": Qwen3XmlToolParser,
+    "seed_oss": SeedOssToolParser,
+    "mimo": MiMoToolParser,
+    "qwen3_json": HermesToolParser,
 }
 
 # ``--reasoning-parser`` names.
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "deepseek_r1": DeepSeekR1ReasoningParser,
     "qwen3": Qwen3ReasoningParser,
+    "seed_oss": SeedOssReasoningParser,
+    "step3p5": Step3p5ReasoningParser,
+    "mimo": Qwen3ReasoningParser,  # the qwen3 grammar under another name
     "granite": GraniteReasoningParser,
     "granite_thinking_parser": GraniteThinkingReasoningParser,
     "mistral": MistralReasoningParser,

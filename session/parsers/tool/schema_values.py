@@ -1,0 +1,177 @@
+"""Tool-call argument values typed by the request's JSON schema, as vLLM 0.32's engine parsers
+type them (``ParserEngine._fix_arg_types``): formats whose arguments arrive as raw strings
+(Qwen3-Coder's ``<parameter=k>v</parameter>``) convert each value by the type its property
+declares. The rules, as vLLM applies them:
+
+- no tools, no function of that name, or a function without ``properties``: every value stays a
+  string; so does a key the properties do not list, or whose schema is not an object;
+- a property's types are its ``type`` (a string or a list), the types of its ``enum`` values and,
+  recursively, of its ``anyOf`` / ``oneOf`` / ``allOf`` members; none found means ``string``;
+  aliases (``int``, ``float``, ``bool``, ``dict``, ``list``, ``str``…) count as the JSON type;
+- the value is tried as ``null`` (``"null"`` in any case), ``integer`` (Python's ``int()``),
+  ``number`` (``float()``, finite only, written as an integer when it is one), ``boolean``
+  (``true`` / ``1`` / ``false`` / ``0``, any case, surrounding whitespace ignored), ``object`` and
+  ``array`` (any JSON value ``json.loads`` reads without a NaN or an infinity), then ``string``,
+  in that order, keeping the first that applies and is declared; when none applies and ``string``
+  is not declared, ``json.loads`` is tried once more and the raw string is the last resort.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+__all__ = ["always_string", "coerce", "json_capable", "properties_of", "value_types"]
+
+_ALIASES = {
+    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
+    "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
+    "uint64": "integer", "long": "integer", "short": "integer", "unsigned": "integer",
+    "float": "number", "float32": "number", "float64": "number", "double": "number",
+    "bool": "boolean", "dict": "object", "arr": "array", "list": "array", "sequence": "array",
+}
+_BEFORE_STRING = ("null", "integer", "number", "boolean", "object", "array")
+
+
+def properties_of(tools: Iterable[Mapping[str, Any]], name: str) -> dict[str, Any]:
+    """The ``properties`` of the first function tool called ``name`` ({} when none, or when the
+    schema has none or they are not an object)."""
+    for tool in tools:
+        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(function, Mapping) or function.get("name") != name:
+            continue
+        params = function.get("parameters")
+        props = params.get("properties") if isinstance(params, Mapping) else None
+        return dict(props) if isinstance(props, Mapping) else {}
+    return {}
+
+
+def _schema_types(schema: Any, out: set[str]) -> None:
+    if not isinstance(schema, Mapping):
+        return
+    declared = schema.get("type")
+    if isinstance(declared, str):
+        out.add(declared)
+    elif isinstance(declared, list):
+        out.update(t for t in declared if isinstance(t, str))
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        for value in enum:
+            kind = _json_type(value)
+            if kind is not None:
+                out.add(kind)
+    for key in ("anyOf", "oneOf", "allOf"):
+        members = schema.get(key)
+        if isinstance(members, list):
+            for member in members:
+                _schema_types(member, out)
+
+
+def _json_type(value: Any) -> str | None:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int):
+        return "integer"
+    if isinstance(value, float):
+        return "number"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return "string" if isinstance(value, str) else None
+
+
+def value_types(properties: Mapping[str, Any], key: str) -> frozenset[str] | None:
+    """The normalized types the value of ``key`` may take, or None when it stays a string
+    whatever it holds (no schema for it)."""
+    if not properties:
+        return None
+    schema = properties.get(key)
+    if not isinstance(schema, Mapping):
+        return None
+    found: set[str] = set()
+    _schema_types(schema, found)
+    if not found:
+        found.add("string")
+    return frozenset(_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in found)
+
+
+def always_string(types: frozenset[str] | None) -> bool:
+    """Whether every value converts to itself as a string (so it can stream as it comes)."""
+    return types is None or ("string" in types and not types.intersection(_BEFORE_STRING))
+
+
+def json_capable(types: frozenset[str] | None) -> bool:
+    """Whether a value that is none of null / integer / number / boolean may still become a
+    parsed JSON value (``object`` / ``array`` declared, or no ``string`` to fall back to)."""
+    return types is not None and ("object" in types or "array" in types or "string" not in types)
+
+
+def _finite(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def _as_null(value: str) -> tuple[bool, Any]:
+    return value.lower() == "null", None
+
+
+def _as_integer(value: str) -> tuple[bool, Any]:
+    try:
+        return True, int(value)
+    except (ValueError, TypeError):
+        return False, None
+
+
+def _as_number(value: str) -> tuple[bool, Any]:
+    try:
+        number = float(value)
+    except (ValueError, TypeError):
+        return False, None
+    if not math.isfinite(number):
+        return False, None
+    return True, int(number) if number == int(number) else number
+
+
+def _as_boolean(value: str) -> tuple[bool, Any]:
+    word = value.lower().strip()
+    if word in ("true", "1"):
+        return True, True
+    if word in ("false", "0"):
+        return True, False
+    return False, None
+
+
+def _as_json(value: str) -> tuple[bool, Any]:
+    try:
+        parsed = json.loads(value)
+    except ValueError:
+        return False, None
+    return (True, parsed) if _finite(parsed) else (False, None)
+
+
+_READERS = {"null": _as_null, "integer": _as_integer, "number": _as_number, "boolean": _as_boolean,
+            "object": _as_json, "array": _as_json}
+
+
+def coerce(value: str, types: frozenset[str] | None) -> Any:
+    """``value`` (a raw string) as the first of ``types`` it reads as (see the module docstring);
+    ``types`` None keeps it a string."""
+    if types is None:
+        return value
+    for kind in _BEFORE_STRING:
+        if kind in types:
+            ok, converted = _READERS[kind](value)
+            if ok:
+                return converted
+    if "string" in types:
+        return value
+    ok, converted = _as_json(value)
+    return converted if ok else value
