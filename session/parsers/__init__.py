@@ -14,6 +14,7 @@ from .base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, To
 from .errors import MalformedSnapshot, UnknownParser
 from .harmony import HarmonyReasoningParser, HarmonyToolParser
 from .reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
+from .reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningParser
 from .reasoning.granite import GraniteReasoningParser
 from .reasoning.mistral import MistralReasoningParser
 from .reasoning.nemotron_v3 import GraniteThinkingReasoningParser, NemotronV3ReasoningParser
@@ -27,6 +28,7 @@ from .tool import (
     PythonicToolParser,
     RequiredToolChoiceParser,
 )
+from .tool.deepseek_v32 import DeepSeekV32ToolParser
 from .tool.forced import forced_function_name
 from .tool.granite import Granite4ToolParser, GraniteToolParser
 from .tool.llama4_pythonic import Llama4PythonicToolParser
@@ -35,6 +37,7 @@ from .tool.qwen3_xml import MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParse
 # ``--tool-call-parser`` names. ``llama4_json`` and ``deepseek_v31`` are vLLM's names for the same
 # formats (the deepseek_v3 parser reads both the V3 and the V3.1 call format).
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
+    "deepseek_v32": DeepSeekV32ToolParser,  # DeepSeek-V3.2 DSML calls
     "hermes": HermesToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
@@ -58,6 +61,8 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
 
 # ``--reasoning-parser`` names.
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
+    "deepseek_v3": DeepSeekV3ReasoningParser,  # <think> only with thinking / enable_thinking
+    "holo2": Holo2ReasoningParser,  # the same, thinking on by default
     "deepseek_r1": DeepSeekR1ReasoningParser,
     "qwen3": Qwen3ReasoningParser,
     "seed_oss": SeedOssReasoningParser,

@@ -44,6 +44,7 @@ ALL_PARSERS: list[tuple[AnyParser, ParserContext]] = [
     *((cls, AUTO) for cls in dict.fromkeys(TOOL_PARSERS.values())),
     *((cls, AUTO) for cls in REASONING_PARSERS.values()),
     (Qwen3ReasoningParser, ParserContext(chat_template_kwargs={"enable_thinking": False})),
+    (REASONING_PARSERS["deepseek_v3"], ParserContext(chat_template_kwargs={"thinking": True})),
     (NamedToolChoiceParser, NAMED),
     (RequiredToolChoiceParser, REQUIRED),
     (harmony_parser(True, True), AUTO),  # gpt-oss: the one parser the derender runs

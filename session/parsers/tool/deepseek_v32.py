@@ -1,0 +1,504 @@
+"""``deepseek_v32``: DeepSeek-V3.2's DSML tool calls, split as vLLM 0.32's engine grammar does::
+
+    <｜DSML｜function_calls>
+    <｜DSML｜invoke name="get_weather">
+    <｜DSML｜parameter name="city" string="true">Paris</｜DSML｜parameter>
+    <｜DSML｜parameter name="days" string="false">3</｜DSML｜parameter>
+    </｜DSML｜invoke>
+    </｜DSML｜function_calls>
+
+Content is the text before the first wrapper or invoke; a call's arguments are
+``json.dumps({name: value, …})`` with ``string="true"`` values kept as text, others read as JSON,
+each fitted to the tool's schema (``schema_coerce``). Arguments stream: a key once its tag is
+read, a string value as it comes, other values when they end. The rules and the deliberate
+differences from vLLM: docs/parsers.md, "deepseek_v32".
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from ..base import ParserContext
+from ..markers import held_suffix_len
+from .json_stream import JSON_WS, JsonValueStreamer, _esc, escape_lone_surrogates, is_plain
+from .schema_coerce import (
+    coerce_members,
+    coerce_value,
+    may_be_container,
+    string_stays_string,
+    tool_properties,
+)
+from .streaming import StreamingToolParser
+
+DSML = "｜DSML｜"
+CALLS_START = f"<{DSML}function_calls>"
+CALLS_END = f"</{DSML}function_calls>"
+INVOKE = f'<{DSML}invoke name="'
+NAME_END = '">'
+INVOKE_END = f"</{DSML}invoke>"
+PARAM = f"<{DSML}parameter"
+PARAM_END = f"</{DSML}parameter>"
+# Every literal vLLM's lexer knows (its leftmost-longest match decides where a name ends).
+_LITERALS = (CALLS_START, CALLS_END, INVOKE, NAME_END, INVOKE_END, PARAM, PARAM_END)
+_CALL_ENDS = (INVOKE_END, CALLS_END)
+_GAP_MARKERS = (PARAM, INVOKE_END, CALLS_END)
+_VALUE_MARKERS = (PARAM_END, PARAM, INVOKE_END, CALLS_END)
+# The `regex` module's \s (Unicode White_Space), which vLLM's parameter pattern uses.
+_WS = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
+                "\u200a\u2028\u2029\u202f\u205f\u3000")
+_JSON_START = frozenset('"{[-0123456789tfnNI')
+_WRAPPERS = ("arguments", "input")
+
+# Bounds on what is held (the snapshot stays small whatever the output): a function name, a
+# parameter tag, the whitespace of a `<｜DSML｜parameter name=` lookahead, leading whitespace
+# content, and a non-string value still being decided.
+NAME_CAP = 160
+HEAD_CAP = 200
+WS_CAP = 32
+LEAD_CAP = 64
+HOLD = 160
+
+
+def _dumps(value: Any) -> str:
+    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
+
+
+def _key(name: str) -> str:
+    return '"' + _esc(name) + '": '
+
+
+def _loads_or_text(raw: str) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, RecursionError):
+        return raw
+
+
+def _leftmost(buf: str, i: int, markers: tuple[str, ...]) -> tuple[int, str]:
+    best, found = -1, ""
+    for m in markers:
+        pos = buf.find(m, i)
+        if pos != -1 and (best == -1 or pos < best or (pos == best and len(m) > len(found))):
+            best, found = pos, m
+    return best, found
+
+
+def _safe_end(buf: str, i: int, markers: tuple[str, ...]) -> int:
+    longest = max(len(m) for m in markers)
+    return len(buf) - held_suffix_len(buf[max(i, len(buf) - longest):], markers)
+
+
+def _head(text: str) -> tuple[str, str | None, int] | bool | None:
+    """Read a parameter tag after ``<｜DSML｜parameter`` as vLLM's pattern does
+    (``\\s+name="([^"]+)"(?:\\s+string="([^"]*)")?\\s*>``). Returns ``(name, string, end)``
+    when it matched (``end`` just after ``>``), ``False`` when it cannot match, ``None`` when
+    ``text`` ends before that is known."""
+    n = len(text)
+    i = 0
+    while i < n and text[i] in _WS:
+        i += 1
+    if i == 0 and n:
+        return False
+    if i >= n:
+        return None
+    if not text.startswith('name="', i):
+        return None if 'name="'.startswith(text[i:]) else False
+    i += 6
+    close = text.find('"', i)
+    if close == -1:
+        return None
+    if close == i:
+        return False
+    name = text[i:close]
+    i = close + 1
+    j = i
+    while j < n and text[j] in _WS:
+        j += 1
+    if j >= n:
+        return None
+    if text[j] == ">":
+        return name, None, j + 1
+    if j == i:
+        return False
+    if not text.startswith('string="', j):
+        return None if 'string="'.startswith(text[j:]) else False
+    j += 8
+    close = text.find('"', j)
+    if close == -1:
+        return None
+    flag = text[j:close]
+    j = close + 1
+    while j < n and text[j] in _WS:
+        j += 1
+    if j >= n:
+        return None
+    return (name, flag, j + 1) if text[j] == ">" else False
+
+
+def _lookahead(text: str) -> bool | None:
+    """Whether the text after a ``<｜DSML｜parameter`` inside a value starts with ``\\s+name=``
+    (it then ends the value): None while that is not known yet."""
+    n = len(text)
+    i = 0
+    while i < n and text[i] in _WS and i <= WS_CAP:
+        i += 1
+    if i == 0:
+        return False if n else None
+    if i > WS_CAP:
+        return False
+    if i >= n:
+        return None
+    rest = text[i : i + 5]
+    if rest == "name=":
+        return True
+    return None if "name=".startswith(rest) else False
+
+
+class DeepSeekV32ToolParser(StreamingToolParser):
+    """Modes: ``text`` (content), ``between`` (after ``<｜DSML｜function_calls>`` or a call: text
+    dropped until an invoke), ``name`` (the function name up to ``">``), ``args`` (inside an
+    invoke; its sub-mode: ``g`` between parameters, ``h`` a parameter tag, ``v`` a value, ``k`` a dropped
+    call)."""
+
+    name = "deepseek_v32"
+    needs_special_tokens = False
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._lead = ""  # leading whitespace-only content, held until it is known to be content
+        self._spoke = False  # non-whitespace content was emitted
+        self._fn = ""  # the function name (read so far in mode "name")
+        self._sub = "g"
+        self._members = False  # a member was emitted in this call's arguments object
+        self._pkey = ""  # the parameter being read
+        self._pstr: str | None = None  # its string="…" attribute
+        self._vmode = ""  # "S" string, "H" held, "J" JSON, "W" wrapper (held)
+        self._raw = ""  # a held value's text
+        self._json: JsonValueStreamer | None = None
+        self._wrap: list[Any] | None = None  # a complete wrapper parameter: [key, string, raw]
+
+    # -- state -------------------------------------------------------------------------------
+    def _save(self) -> dict[str, Any]:
+        return {"l": self._lead, "c": self._spoke, "f": self._fn, "s": self._sub, "e": self._members,
+                "k": self._pkey, "t": self._pstr, "v": self._vmode, "r": self._raw,
+                "j": None if self._json is None else self._json.to_state(), "x": self._wrap}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        self._lead, self._spoke, self._fn = str(state["l"]), bool(state["c"]), str(state["f"])
+        self._sub, self._members, self._pkey = str(state["s"]), bool(state["e"]), str(state["k"])
+        self._pstr = None if state["t"] is None else str(state["t"])
+        self._vmode, self._raw = str(state["v"]), str(state["r"])
+        self._json = None if state["j"] is None else JsonValueStreamer.from_state(list(state["j"]))
+        wrap = state["x"]
+        self._wrap = None if wrap is None else [str(wrap[0]), None if wrap[1] is None else str(wrap[1]), str(wrap[2])]
+        if self._mode not in ("text", "between", "name", "args") or self._sub not in ("g", "h", "v", "k"):
+            raise ValueError(self._mode)
+
+    def plain_content_guard(self) -> str | None:
+        if self._mode == "text" and not self._buf and self._spoke:
+            return "<"
+        return None
+
+    # -- the schema ----------------------------------------------------------------------------
+    def _props(self, name: str) -> dict[str, Any]:
+        return tool_properties(self.ctx.tools, name) if self.ctx.tools else {}
+
+    def _prop(self, key: str) -> Any:
+        return self._props(self._fn.strip()).get(key)
+
+    # -- content -------------------------------------------------------------------------------
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        if self._spoke:
+            self._content(text)
+            return
+        text = self._lead + text
+        if text.strip() or len(text) > LEAD_CAP:
+            self._lead, self._spoke = "", True
+            self._content(text)
+        else:
+            self._lead = text
+
+    # -- the state machine ---------------------------------------------------------------------
+    def _process(self, text: str, final: bool) -> None:
+        if (self._mode == "args" and self._sub == "v" and self._vmode == "S" and not self._buf and text
+                and "<" not in text and is_plain(text)):
+            self.add_args(text)  # inside a string value: the text is its JSON text
+            return
+        buf, self._buf = self._buf + text, ""
+        i, n = 0, len(buf)
+        while True:
+            mode = self._mode
+            if mode in ("text", "between"):
+                markers = (INVOKE, CALLS_START) if mode == "text" else (INVOKE,)
+                pos, marker = _leftmost(buf, i, markers)
+                end = pos if pos != -1 else n if final else _safe_end(buf, i, markers)
+                if mode == "text":
+                    self._text(buf[i:end])
+                if pos == -1:
+                    self._buf = buf[end:]
+                    if final:
+                        self._buf = ""
+                        self._end_of_output()
+                    return
+                i = pos + len(marker)
+                if marker == INVOKE:
+                    self._lead = ""  # a call follows: whitespace-only content is dropped
+                    self._mode, self._fn = "name", ""
+                else:
+                    self._mode = "between"
+            elif mode == "name":
+                i = self._read_name(buf, i, final)
+                if i < 0:
+                    return
+            else:
+                i = self._read_args(buf, i, final)
+                if i < 0:
+                    return
+
+    def _end_of_output(self) -> None:
+        if self._lead:
+            self._content(self._lead)
+            self._lead = ""
+
+    def _read_name(self, buf: str, i: int, final: bool) -> int:
+        """Up to ``">`` as vLLM's lexer finds it. Returns where to go on, or -1 (all used)."""
+        n = len(buf)
+        while True:
+            pos, marker = _leftmost(buf, i, _LITERALS)
+            if pos == -1:
+                end = n if final else _safe_end(buf, i, _LITERALS)
+                self._fn += buf[i:end]
+                self._buf = buf[end:]
+                if len(self._fn) > NAME_CAP:
+                    self._fn, self._buf, self._mode, self._sub = "", "", "args", "k"
+                    return end
+                if final:
+                    self._buf = ""
+                    name = self._fn.strip()
+                    if name:  # cut inside the name: vLLM still makes the call, with no arguments
+                        self.open_call(name)
+                        self.add_args("{}")
+                    self._mode, self._fn = "between", ""
+                    self._end_of_output()
+                return -1
+            if marker != NAME_END:
+                self._fn += buf[i : pos + len(marker)]
+                i = pos + len(marker)
+                if len(self._fn) > NAME_CAP:
+                    self._fn, self._mode, self._sub = "", "args", "k"
+                    return i
+                continue
+            self._fn += buf[i:pos]
+            name = self._fn.strip()
+            self._mode, self._members, self._wrap = "args", False, None
+            if name and len(self._fn) <= NAME_CAP:
+                self._sub = "g"
+                self.open_call(name)
+                self.add_args("{")
+            else:
+                self._sub = "k"
+            return pos + len(marker)
+
+    def _read_args(self, buf: str, i: int, final: bool) -> int:
+        n = len(buf)
+        while True:
+            sub = self._sub
+            if sub in ("g", "k"):
+                markers = _CALL_ENDS if sub == "k" else _GAP_MARKERS
+                pos, marker = _leftmost(buf, i, markers)
+                if pos == -1:
+                    if final:
+                        self._end_call()
+                        self._end_of_output()
+                        return -1
+                    self._buf = buf[_safe_end(buf, i, markers):]
+                    return -1
+                i = pos + len(marker)
+                if marker == PARAM:
+                    self._sub = "h"
+                    continue
+                self._end_call()
+                return i
+            if sub == "h":
+                i = self._read_head(buf, i, final)
+                if i < 0:
+                    return -1
+                continue
+            # sub == "v": a value, up to its end tag, the next parameter, or the end of the call
+            pos, marker = _leftmost(buf, i, _VALUE_MARKERS)
+            while marker == PARAM:
+                ahead = _lookahead(buf[pos + len(PARAM) : pos + len(PARAM) + WS_CAP + 6])
+                if ahead is None and not final:
+                    self._value_text(buf[i:pos])
+                    self._buf = buf[pos:]
+                    return -1
+                if ahead:
+                    break
+                p2, m2 = _leftmost(buf, pos + 1, _VALUE_MARKERS)
+                pos, marker = p2, m2
+            if pos == -1:
+                end = n if final else _safe_end(buf, i, _VALUE_MARKERS)
+                self._value_text(buf[i:end])
+                if final:
+                    self._end_value()
+                    self._end_call()
+                    self._end_of_output()
+                    return -1
+                self._buf = buf[end:]
+                return -1
+            self._value_text(buf[i:pos])
+            self._end_value()
+            if marker == PARAM:
+                self._sub = "h"
+                i = pos + len(PARAM)
+            elif marker == PARAM_END:
+                self._sub = "g"
+                i = pos + len(PARAM_END)
+            else:
+                self._end_call()
+                return pos + len(marker)
+
+    def _read_head(self, buf: str, i: int, final: bool) -> int:
+        """A parameter tag (``buf[i:]`` follows its ``<｜DSML｜parameter``). Returns where to go
+        on, or -1 when all is used. A tag that cannot match is not a parameter: the text after its
+        marker is read again between parameters (vLLM's pattern search goes on from there)."""
+        pos, _ = _leftmost(buf, i, _CALL_ENDS)
+        seg = buf[i : pos if pos != -1 else len(buf)]
+        got = _head(seg[: HEAD_CAP + 1])
+        if got is None and (len(seg) > HEAD_CAP or pos != -1 or final):
+            got = False  # too long, or the call ends inside the tag
+        if got is None:
+            self._buf = seg
+            return -1
+        if got is False or got is True:
+            self._sub = "g"
+            return i
+        key, flag, end = got
+        self._begin_value(key, flag)
+        self._sub = "v"
+        return i + end
+
+    # -- values --------------------------------------------------------------------------------
+    def _begin_value(self, key: str, flag: str | None) -> None:
+        if self._wrap is not None:  # another parameter: the wrapper stays a plain member
+            wkey, wflag, wraw = self._wrap
+            self._wrap = None
+            self._member(wkey)
+            self.add_args(_dumps(self._final(wkey, wflag, wraw)))
+        self._pkey, self._pstr, self._raw, self._json = key, flag, "", None
+        props = self._props(self._fn.strip())
+        if (not self._members and key in _WRAPPERS and key not in self._props(self._fn)
+                and self._props(self._fn)):
+            self._vmode = "W"
+            return
+        self._member(key)
+        prop = props.get(key) if props else None
+        if flag == "true" and string_stays_string(prop):
+            self._vmode = "S"
+            self.add_args('"')
+        else:
+            self._vmode = "H"
+
+    def _member(self, key: str) -> None:
+        self.add_args((", " if self._members else "") + _key(key))
+        self._members = True
+
+    def _value_text(self, text: str) -> None:
+        if not text:
+            return
+        mode = self._vmode
+        if mode == "S":
+            self.add_args(_esc(text))
+        elif mode == "J":
+            assert self._json is not None
+            if not (self._json.done or self._json.failed):
+                out: list[str] = []
+                self._json.feed(text, 0, out)
+                self.add_args("".join(out))
+        else:
+            self._raw += text
+            if mode == "H" and self._pstr != "true" and string_stays_string(self._prop(self._pkey)):
+                first = self._raw.lstrip(JSON_WS)
+                if first and first[0] not in _JSON_START:  # not JSON: the text is a string
+                    self._vmode, raw, self._raw = "S", self._raw, ""
+                    self.add_args('"' + _esc(raw))
+                    return
+            if len(self._raw) > HOLD:
+                self._commit()
+
+    def _commit(self) -> None:
+        """A held value grew past ``HOLD``: stream it from here on (as a string, or as JSON)."""
+        raw, self._raw = self._raw, ""
+        if self._vmode == "W":
+            self._member(self._pkey)
+        first = raw.lstrip(JSON_WS)[:1]
+        as_json = first in _JSON_START if self._pstr != "true" else (
+            first in ("{", "[") and may_be_container(self._prop(self._pkey)))
+        if as_json:
+            self._vmode = "J"
+            self._json = JsonValueStreamer()
+            out: list[str] = []
+            self._json.feed(raw, 0, out)
+            self.add_args("".join(out))
+        else:
+            self._vmode = "S"
+            self.add_args('"' + _esc(raw))
+
+    def _final(self, key: str, flag: str | None, raw: str) -> Any:
+        value = raw if flag == "true" else _loads_or_text(raw)
+        prop = self._prop(key)
+        return coerce_value(value, prop) if isinstance(prop, dict) else value
+
+    def _end_value(self) -> None:
+        mode = self._vmode
+        if mode == "S":
+            self.add_args('"')
+        elif mode == "J":
+            assert self._json is not None
+            out: list[str] = []
+            self._json.end(out)
+            self.add_args("".join(out))
+        elif mode == "H":
+            self.add_args(_dumps(self._final(self._pkey, self._pstr, self._raw)))
+        elif mode == "W":
+            self._wrap = [self._pkey, self._pstr, self._raw]
+        self._vmode, self._raw, self._json, self._pkey, self._pstr = "", "", None, "", None
+
+    def _end_call(self) -> None:
+        if self._sub == "k":
+            self._mode, self._sub, self._fn = "between", "g", ""
+            return
+        if self._sub == "v":
+            self._end_value()
+        tail = "}"
+        if self._wrap is not None:
+            wkey, wflag, wraw = self._wrap
+            self._wrap = None
+            inner = self._unwrapped(wkey, wflag, wraw)
+            if inner is not None:
+                tail = inner[1:]
+            else:
+                self._member(wkey)
+                self.add_args(_dumps(self._final(wkey, wflag, wraw)))
+        self.add_args(tail)
+        self._mode, self._sub, self._fn, self._members = "between", "g", "", False
+
+    def _unwrapped(self, key: str, flag: str | None, raw: str) -> str | None:
+        """vLLM's ``_unwrap_wrapper_args`` for a call whose only parameter is ``key``: the JSON of
+        the object inside it when every key of that object is a parameter of the function."""
+        inner: Any = raw if flag == "true" else _loads_or_text(raw)
+        if isinstance(inner, str):
+            try:
+                inner = json.loads(inner)
+            except (ValueError, RecursionError):
+                return None
+        allowed = self._props(self._fn)
+        if not isinstance(inner, dict) or not set(inner) <= set(allowed):
+            return None
+        props = self._props(self._fn.strip())
+        if props:
+            coerce_members(inner, props)
+        return _dumps(inner)
