@@ -15,6 +15,7 @@ from .errors import MalformedSnapshot, UnknownParser
 from .harmony import HarmonyReasoningParser, HarmonyToolParser
 from .reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
 from .reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningParser
+from .reasoning.glm import GlmReasoningParser
 from .reasoning.granite import GraniteReasoningParser
 from .reasoning.mistral import MistralReasoningParser
 from .reasoning.nemotron_v3 import GraniteThinkingReasoningParser, NemotronV3ReasoningParser
@@ -30,6 +31,7 @@ from .tool import (
 )
 from .tool.deepseek_v32 import DeepSeekV32ToolParser
 from .tool.forced import forced_function_name
+from .tool.glm import GlmToolParser
 from .tool.granite import Granite4ToolParser, GraniteToolParser
 from .tool.llama4_pythonic import Llama4PythonicToolParser
 from .tool.qwen3_xml import MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParser
@@ -48,6 +50,8 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite": GraniteToolParser,  # Granite 3.x: <|tool_call|>[{…}, …]
     "granite4": Granite4ToolParser,  # Granite 4: <tool_call>{…}</tool_call>
     "llama4_pythonic": Llama4PythonicToolParser,
+    "glm45": GlmToolParser,  # GLM-4.5 / 4.6 / 4.7 / 5: one grammar in vLLM 0.32
+    "glm47": GlmToolParser,
     "openai": HarmonyToolParser,  # gpt-oss harmony (session/parsers/harmony.py)
     # Qwen3-Coder / Qwen3.5 XML calls (one engine grammar in vLLM 0.32; step3p5 is the same grammar,
     # seed_oss and mimo variants of it); qwen3_json is vLLM's alias of hermes.
@@ -72,6 +76,8 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "granite_thinking_parser": GraniteThinkingReasoningParser,
     "mistral": MistralReasoningParser,
     "nemotron_v3": NemotronV3ReasoningParser,
+    "glm45": GlmReasoningParser,
+    "glm47": GlmReasoningParser,
     "openai_gptoss": HarmonyReasoningParser,
 }
 

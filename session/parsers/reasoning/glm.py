@@ -1,0 +1,158 @@
+"""``glm45`` / ``glm47``: GLM-4.5 / 4.6 / 4.7 / 5 ``<think>`` … ``</think>`` reasoning.
+
+vLLM 0.32 maps both names to one grammar (``vllm/parser/glm47_moe.py``); its non-streaming split,
+which this parser reproduces for any split of the text:
+
+- thinking is on unless ``chat_template_kwargs`` turns it off (``thinking`` / ``enable_thinking``:
+  on when neither is given, else on when either is truthy). Off: everything is content, verbatim
+  (the think tags included);
+- on: the output starts as reasoning (GLM-4.7's template opens ``<think>`` in the prompt, GLM-4.5 /
+  4.6 let the model write it); while reasoning, ``<think>`` is dropped, ``</think>`` ends the
+  reasoning (dropped), and ``<tool_call>`` ends it implicitly: the marker and what follows are
+  content, for the tool parser. Without an end, everything is reasoning (cut short);
+- after the reasoning, ``</think>`` is dropped and ``<think>`` opens reasoning again (vLLM's
+  reasoning pass reads the whole output, tool calls included, with one state machine);
+- trailing whitespace of the reasoning is dropped (vLLM ``rstrip``s the joined reasoning): it is
+  held until more reasoning follows or the output ends. Leading whitespace stays (GLM-4.6 writes
+  ``"\\n<think>"``: its reasoning starts with ``"\\n"`` in vLLM too).
+
+The prompt's own ``<think>`` does not matter here: vLLM's non-streaming split starts in reasoning
+whenever thinking is on (every GLM template opens or lets the model open the block then), and with
+thinking off nothing is reasoning.
+
+State between feeds: the mode, a partial tag, the held whitespace (at most ``WS_HOLD`` characters).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Self
+
+from ..base import ParsedDelta, ParserContext, ReasoningParser
+from ..errors import MalformedSnapshot
+from ..markers import find_first, held_suffix_len
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+TOOL_CALL = "<tool_call>"
+# The most trailing reasoning whitespace held back; a longer run is emitted (not stripped) beyond it.
+WS_HOLD = 256
+
+_REASONING_MARKERS = (THINK_START, THINK_END, TOOL_CALL)
+_CONTENT_MARKERS = (THINK_START, THINK_END)
+
+
+def thinking_enabled(ctx: ParserContext) -> bool:
+    """vLLM's ``Glm47MoeParser.thinking_enabled``: on unless ``thinking`` / ``enable_thinking`` say
+    otherwise (when either is given: on when either is truthy)."""
+    kwargs = ctx.chat_template_kwargs
+    thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
+    if thinking is None and enable is None:
+        return True
+    return bool(thinking) or bool(enable)
+
+
+def _trailing_ws(text: str) -> int:
+    """Length of the trailing whitespace run of ``text`` (as ``str.rstrip`` strips it)."""
+    return len(text) - len(text.rstrip())
+
+
+class GlmReasoningParser(ReasoningParser):
+    """Modes: ``r`` reasoning, ``c`` content (watching for ``<think>`` / ``</think>``), ``x``
+    thinking off (all content)."""
+
+    name: ClassVar[str] = "glm45"
+    # <think>, </think> and <tool_call> are special tokens in GLM's tokenizer
+    needs_special_tokens: ClassVar[bool] = True
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._mode = "r" if thinking_enabled(ctx) else "x"
+        self._buf = ""  # a partial tag
+        self._ws = ""  # trailing reasoning whitespace not emitted yet
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._mode != "r"
+
+    @property
+    def passthrough(self) -> bool:
+        return self._mode == "x"
+
+    # -- the contract ------------------------------------------------------------------------
+    def feed(self, text: str) -> ParsedDelta:
+        if self._mode == "x":
+            return ParsedDelta(content=text)
+        return self._process(text, final=False)
+
+    def finish(self) -> ParsedDelta:
+        if self._mode == "x":
+            return ParsedDelta()
+        return self._process("", final=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"p": self.name, "m": self._mode, "b": self._buf, "w": self._ws}
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        try:
+            mode, buf, ws = snapshot["m"], snapshot["b"], snapshot["w"]
+            if mode not in ("r", "c", "x") or not isinstance(buf, str) or not isinstance(ws, str):
+                raise ValueError(mode)
+            if len(ws) > WS_HOLD or ws.strip():
+                raise ValueError(ws)
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
+        parser._mode, parser._buf, parser._ws = mode, buf, ws
+        return parser
+
+    # -- splitting ---------------------------------------------------------------------------
+    def _process(self, text: str, final: bool) -> ParsedDelta:
+        buf, self._buf = self._buf + text, ""
+        reasoning: list[str] = []
+        content: list[str] = []
+        i, n = 0, len(buf)
+        while True:
+            markers = _REASONING_MARKERS if self._mode == "r" else _CONTENT_MARKERS
+            # every tag starts with "<"
+            pos, marker = (-1, "") if buf.find("<", i) == -1 else find_first(buf, markers, i)
+            if pos == -1:
+                end = n if final else n - held_suffix_len(buf[max(i, n - len(TOOL_CALL)):], markers)
+                self._text(buf[i:end], reasoning, content)
+                self._buf = buf[end:]
+                break
+            self._text(buf[i:pos], reasoning, content)
+            i = pos + len(marker)
+            if self._mode == "r":
+                if marker == THINK_END:
+                    self._mode = "c"
+                elif marker == TOOL_CALL:  # the call ends reasoning; the marker is content
+                    self._mode = "c"
+                    content.append(marker)
+            elif marker == THINK_START:
+                self._mode = "r"
+            # (<think> while reasoning and </think> in content are dropped)
+        if final:
+            self._ws = ""  # the reasoning's trailing whitespace is stripped
+        return ParsedDelta(reasoning="".join(reasoning), content="".join(content))
+
+    def _text(self, text: str, reasoning: list[str], content: list[str]) -> None:
+        if not text:
+            return
+        if self._mode == "c":
+            content.append(text)
+            return
+        k = _trailing_ws(text)
+        if k == len(text):  # all whitespace: held with what came before
+            ws = self._ws + text
+        else:
+            if self._ws:
+                reasoning.append(self._ws)
+            reasoning.append(text[: len(text) - k])
+            ws = text[len(text) - k :]
+        if len(ws) > WS_HOLD:  # an absurd run: emit all but the last WS_HOLD characters
+            reasoning.append(ws[: len(ws) - WS_HOLD])
+            ws = ws[len(ws) - WS_HOLD :]
+        self._ws = ws

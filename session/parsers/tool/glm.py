@@ -1,0 +1,471 @@
+"""``glm45`` / ``glm47``: GLM-4.5 / 4.6 / 4.7 / 5 tool calls,
+``<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>``.
+
+vLLM 0.32 maps both names to one grammar (``vllm/parser/glm47_moe.py``), so they behave the same
+here too: GLM-4.5 / 4.6 put a newline after the name and between the tags
+(``<tool_call>NAME\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n</tool_call>``), GLM-4.7
+writes none, and both read alike (the name is stripped, whitespace between ``</arg_key>`` and
+``<arg_value>`` and text between pairs are ignored). What vLLM's non-streaming parse gives, which
+this parser reproduces for any split of the text:
+
+- a call is ``<tool_call>``, the name up to ``<arg_key>`` or ``</tool_call>`` (stripped), then the
+  pairs, up to the first ``</tool_call>`` (or the end of the output: an unclosed call counts);
+  ``<tool_call>NAME</tool_call>`` is a call with ``{}``;
+- a call whose name is not one of the request's tools is dropped, markup and all;
+- each pair is ``<arg_key>K</arg_key>`` (whitespace) ``<arg_value>V</arg_value>`` read as vLLM's
+  regex reads it (the key extends to the first ``</arg_key>`` followed by ``<arg_value>``, the value
+  to the first ``</arg_value>``); the key is stripped, the value is not; the arguments are
+  ``json.dumps({K: V, …}, ensure_ascii=False)`` with each V converted by the tool's JSON schema as
+  vLLM's ``coerce_to_schema_type`` converts it (``"5"`` → ``5`` for an integer, ``"{…}"`` parsed
+  for an object, …; a string without a schema or a property);
+- content: with at least one call, the text before the first ``<tool_call>``, stripped (text
+  between and after calls is dropped); without any, all the text outside calls, as it is.
+
+Streaming: the name is announced at ``<arg_key>`` / ``</tool_call>``; a value that can only be a
+string streams as it is generated; a value the schema may convert is held until its
+``</arg_value>`` (or, past ``VALUE_HOLD`` characters, streamed: JSON text as JSON, anything else
+as a string). Content holds back only its trailing whitespace (stripped if a call follows).
+
+Where this differs from vLLM's non-streaming answer (docs/parsers.md): a value cut off before
+``</arg_value>`` (``length``, or ``</tool_call>`` first) that already streamed is closed and kept
+(vLLM drops the pair; its streaming sends it unclosed); content whitespace before the first
+non-space character is sent (vLLM strips it when a call follows); text after a dropped call is sent
+as content (vLLM drops it when a later call is accepted); a repeated key is sent twice (vLLM keeps
+the last value at the first key's place).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from typing import Any, ClassVar
+
+from ..base import ParserContext
+from ..markers import find_first, held_suffix_len
+from .json_stream import JsonValueStreamer, escape_lone_surrogates, without_lone_surrogates
+from .streaming import StreamingToolParser
+
+START = "<tool_call>"
+END = "</tool_call>"
+KEY = "<arg_key>"
+KEY_END = "</arg_key>"
+VALUE = "<arg_value>"
+VALUE_END = "</arg_value>"
+
+# Bounds of what is held (the snapshot stays small whatever the output):
+WS_HOLD = 256  # trailing content whitespace held back (a longer run is sent beyond it)
+KEY_HOLD = 256  # a key longer than this drops its pair
+NAME_HOLD = 256  # a name longer than this (and than every tool name) drops its call
+VALUE_HOLD = 256  # a value the schema may convert, held until it closes or grows past this
+
+# The whitespace vLLM's ``\s`` (``regex`` module) allows between ``</arg_key>`` and ``<arg_value>``:
+# ``str.isspace`` but for the four information separators.
+_RE_WS = frozenset(" \t\n\v\f\r\x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008"
+                   "\u2009\u200a\u2028\u2029\u202f\u205f\u3000")
+
+_MARKERS: dict[str, tuple[str, ...]] = {
+    "text": (START,), "drop": (START,), "name": (KEY, END), "skip": (END,),
+    "seek": (KEY, END), "key": (KEY_END, END), "val": (VALUE_END, END),
+}
+_LONGEST = max(len(m) for m in (START, END, KEY, KEY_END, VALUE, VALUE_END))
+
+# -- vLLM's schema conversion (``vllm.tool_parsers.utils``), reproduced -------------------------
+_TYPE_ALIASES = {
+    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
+    "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
+    "uint64": "integer", "long": "integer", "short": "integer", "unsigned": "integer",
+    "float": "number", "float32": "number", "float64": "number", "double": "number",
+    "bool": "boolean", "dict": "object", "arr": "array", "list": "array", "sequence": "array",
+}
+_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
+_NOT_STRING = frozenset(_PRIORITY[:-1])
+
+
+def schema_types(schema: Any) -> set[str]:
+    """The types a JSON schema allows (``type``, ``enum`` values, ``anyOf`` / ``oneOf`` /
+    ``allOf``), as vLLM's ``extract_types_from_schema``; ``{"string"}`` when it says nothing."""
+    if not isinstance(schema, dict):
+        return {"string"}
+    types: set[str] = set()
+    value = schema.get("type")
+    if isinstance(value, str):
+        types.add(value)
+    elif isinstance(value, list):
+        types.update(t for t in value if isinstance(t, str))
+    enum = schema.get("enum")
+    if isinstance(enum, list):
+        for v in enum:
+            if v is None:
+                types.add("null")
+            elif isinstance(v, bool):
+                types.add("boolean")
+            elif isinstance(v, int):
+                types.add("integer")
+            elif isinstance(v, float):
+                types.add("number")
+            elif isinstance(v, str):
+                types.add("string")
+            elif isinstance(v, list):
+                types.add("array")
+            elif isinstance(v, dict):
+                types.add("object")
+    for choice in ("anyOf", "oneOf", "allOf"):
+        options = schema.get(choice)
+        if isinstance(options, list):
+            for option in options:
+                types.update(schema_types(option))
+    return types or {"string"}
+
+
+def normalized_types(types: set[str]) -> frozenset[str]:
+    return frozenset(_TYPE_ALIASES.get(k, k) for k in (t.strip().lower() for t in types))
+
+
+def _finite(value: Any) -> bool:
+    try:
+        json.dumps(value, allow_nan=False)
+    except (ValueError, TypeError):
+        return False
+    return True
+
+
+def coerce(value: str, types: frozenset[str]) -> Any:
+    """vLLM's ``coerce_to_schema_type(value, types)`` (``types`` normalized): the first of null,
+    integer, number, boolean, object, array, string that the text reads as, else the text read as
+    JSON, else the text."""
+    for candidate in _PRIORITY:
+        if candidate not in types:
+            continue
+        if candidate == "null":
+            if value.lower() == "null":
+                return None
+        elif candidate == "string":
+            return value
+        elif candidate == "integer":
+            try:
+                return int(value)
+            except (ValueError, TypeError):
+                pass
+        elif candidate == "number":
+            try:
+                number = float(value)
+            except (ValueError, TypeError):
+                continue
+            if math.isfinite(number):
+                return number if number != int(number) else int(number)
+        elif candidate == "boolean":
+            lower = value.lower().strip()
+            if lower in ("true", "1"):
+                return True
+            if lower in ("false", "0"):
+                return False
+        else:  # object, array
+            try:
+                parsed = json.loads(value)
+            except (ValueError, TypeError, RecursionError):
+                continue
+            if _finite(parsed):
+                return parsed
+    try:
+        parsed = json.loads(value)
+    except (ValueError, RecursionError):
+        return value
+    return parsed if _finite(parsed) else value
+
+
+def _dumps(value: Any) -> str:
+    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
+
+
+def _esc(text: str) -> str:
+    """``text`` as it appears inside a JSON string (``json.dumps`` without the quotes)."""
+    return _dumps(text)[1:-1]
+
+
+def _trailing_ws(text: str) -> int:
+    return len(text) - len(text.rstrip())
+
+
+class GlmToolParser(StreamingToolParser):
+    """Modes: ``text`` (content, no call accepted yet), ``drop`` (after an accepted call: text is
+    dropped), ``name`` (reading a call's name), ``skip`` (inside a dropped call), and inside an
+    accepted call ``seek`` (between pairs), ``key``, ``gap`` (between ``</arg_key>`` and
+    ``<arg_value>``), ``val`` (a value; its kind ``s`` streamed string, ``h`` held, ``j`` streamed
+    JSON)."""
+
+    name: ClassVar[str] = "glm45"
+    # The tags are special tokens in GLM's tokenizer.
+    needs_special_tokens: ClassVar[bool] = True
+    # vLLM reads GLM's own call format for ``required`` and named ``tool_choice`` too (its structural
+    # tags constrain generation to that format), as for ``auto``.
+    supports_required_and_named: ClassVar[bool] = False
+    # vLLM also runs this grammar for ``tool_choice: "none"`` (both its GLM parsers are engine
+    # parsers): the calls are dropped from the content and not reported (see ``_none``).
+    parses_choice_none: ClassVar[bool] = True
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._ws = ""  # trailing content whitespace not sent yet
+        self._acc = False  # a call was accepted: content is over
+        self._fn = ""  # the name read so far (name mode), the accepted call's name (in a call)
+        self._key = ""  # the pair's key (key / gap / val)
+        self._gap = ""  # whitespace after </arg_key>
+        self._kind = ""  # the value's kind: "s", "h", "j"
+        self._val = ""  # a held value
+        self._js: JsonValueStreamer | None = None
+        self._first = True  # no pair sent yet in this call
+        self._tools: dict[str, Any] | None = None  # name -> properties (from ctx, not state)
+        # tool_choice "none" (vLLM still runs this grammar then, and drops the calls): with tools,
+        # every call is dropped and the text around them is content; without, calls are read as
+        # usual (accepted whatever their name) but not reported.
+        choice = ctx.tool_choice
+        self._none = choice == "none" or (choice is None and not ctx.tools)
+
+    # -- state -------------------------------------------------------------------------------
+    def _save(self) -> dict[str, Any]:
+        return {"w": self._ws, "a": self._acc, "f": self._fn, "k": self._key, "g": self._gap,
+                "t": self._kind, "v": self._val, "j": None if self._js is None else self._js.to_state(),
+                "1": self._first}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        if self._mode not in ("text", "drop", "name", "skip", "seek", "key", "gap", "val"):
+            raise ValueError(self._mode)
+        self._ws, self._fn, self._key = str(state["w"]), str(state["f"]), str(state["k"])
+        self._gap, self._kind, self._val = str(state["g"]), str(state["t"]), str(state["v"])
+        self._acc, self._first = bool(state["a"]), bool(state["1"])
+        if self._kind not in ("", "s", "h", "j"):
+            raise ValueError(self._kind)
+        js = state["j"]
+        self._js = None if js is None else JsonValueStreamer.from_state(list(js))
+
+    # -- the request's tools -----------------------------------------------------------------
+    def _tool_map(self) -> dict[str, Any]:
+        if self._tools is None:
+            tools: dict[str, Any] = {}
+            for tool in self.ctx.tools:
+                fn = tool.get("function") if isinstance(tool, dict) else None
+                if isinstance(fn, dict) and isinstance(fn.get("name"), str) and fn["name"] not in tools:
+                    params = fn.get("parameters")
+                    props = params.get("properties", {}) if isinstance(params, dict) else {}
+                    tools[fn["name"]] = props if isinstance(props, dict) else {}
+            self._tools = tools
+        return self._tools
+
+    def _name_cap(self) -> int:
+        tools = self._tool_map()
+        return max(map(len, tools)) if tools else NAME_HOLD
+
+    def _accepts(self, name: str) -> bool:
+        """vLLM's ``validate_tool_names``: a non-empty name that is one of the request's tools
+        (any name when the request has none)."""
+        tools = self._tool_map()
+        if self._none and tools:
+            return False
+        return bool(name) and (name in tools if tools else True)
+
+    def _value_types(self, key: str) -> frozenset[str] | None:
+        """The normalized types the schema allows for ``key`` of the current call; None when its
+        value can only stay a string (no schema, no property, or only ``string``)."""
+        props = self._tool_map().get(self._fn)
+        if not props:
+            return None
+        prop = props.get(key)
+        if not isinstance(prop, dict):
+            return None
+        types = normalized_types(schema_types(prop))
+        if "string" in types and not types & _NOT_STRING:
+            return None
+        return types
+
+    # -- output helpers ----------------------------------------------------------------------
+    def _text(self, text: str) -> None:
+        """Content before any accepted call: sent, but for its trailing whitespace."""
+        if not text:
+            return
+        k = _trailing_ws(text)
+        if k == len(text):
+            ws = self._ws + text
+        else:
+            self._content(self._ws + text[: len(text) - k])
+            ws = text[len(text) - k :]
+        if len(ws) > WS_HOLD:
+            self._content(ws[: len(ws) - WS_HOLD])
+            ws = ws[len(ws) - WS_HOLD :]
+        self._ws = ws
+
+    def _pair_head(self) -> str:
+        head = ("" if self._first else ", ") + _dumps(self._key) + ": "
+        self._first = False
+        return head
+
+    def _end_name(self) -> bool:
+        """The name is complete: accept the call (announce it, open its arguments) or drop it."""
+        name = self._fn.strip()
+        if not self._accepts(name):
+            self._fn = ""
+            return False
+        name = without_lone_surrogates(name)
+        self._fn, self._acc, self._ws, self._first = name, True, "", True
+        if not self._none:  # (unreported: no call is open, so add_args sends nothing either)
+            self.open_call(name)
+        self.add_args("{")
+        return True
+
+    def _start_value(self) -> None:
+        self._key = self._key.strip()
+        self._gap, self._val, self._js = "", "", None
+        if self._value_types(self._key) is None:
+            self._kind = "s"
+            self.add_args(self._pair_head() + '"')
+        else:
+            self._kind = "h"
+
+    def _value_text(self, text: str) -> None:
+        if not text:
+            return
+        kind = self._kind
+        if kind == "s":
+            self.add_args(_esc(text))
+        elif kind == "h":
+            self._val += text
+            if len(self._val) > VALUE_HOLD:
+                self._release_value()
+        elif self._js is not None and not (self._js.done or self._js.failed):
+            out: list[str] = []
+            self._js.feed(text, 0, out)
+            self.add_args("".join(out))
+
+    def _release_value(self) -> None:
+        """A held value grew past VALUE_HOLD: stream it from here on, as JSON if it starts as
+        JSON where the schema takes it as JSON, else as a string."""
+        types = self._value_types(self._key) or frozenset()
+        held, self._val = self._val, ""
+        first = held.lstrip()[:1]
+        if first in ("{", "[") and (types & {"object", "array"} or "string" not in types):
+            self._kind, self._js = "j", JsonValueStreamer()
+            self.add_args(self._pair_head())
+            self._value_text(held)
+        else:
+            self._kind = "s"
+            self.add_args(self._pair_head() + '"' + _esc(held))
+
+    def _end_value(self, closed: bool) -> None:
+        """The value ends: at its ``</arg_value>`` (``closed``), or cut off by the call's end."""
+        kind = self._kind
+        if kind == "s":
+            self.add_args('"')
+        elif kind == "h":
+            if closed:  # (an unclosed held value is dropped, as vLLM drops the pair)
+                types = self._value_types(self._key) or frozenset()
+                self.add_args(self._pair_head() + _dumps(coerce(self._val, types)))
+        elif self._js is not None:
+            out: list[str] = []
+            self._js.end(out)
+            self.add_args("".join(out))
+        self._kind, self._val, self._js, self._key = "", "", None, ""
+
+    def _end_call(self) -> None:
+        mode = self._mode
+        if mode == "name":
+            if self._end_name():
+                self.add_args("}")
+        elif mode != "skip":
+            if mode == "val":
+                self._end_value(closed=False)
+            self.add_args("}")
+        self._fn = self._key = self._gap = ""
+        self._mode = "drop" if self._acc else "text"
+
+    # -- the state machine -------------------------------------------------------------------
+    def _process(self, text: str, final: bool) -> None:
+        buf, self._buf = self._buf + text, ""
+        i, n = 0, len(buf)
+        while i < n or final:
+            mode = self._mode
+            if mode == "gap":
+                while i < n and buf[i] in _RE_WS:
+                    i += 1
+                    if len(self._gap) <= KEY_HOLD:
+                        self._gap += buf[i - 1]
+                if i >= n:
+                    if final:
+                        self._finish_modes()
+                    return
+                if buf.startswith(VALUE, i):
+                    i += len(VALUE)
+                    self._mode = "val"
+                    self._start_value()
+                    continue
+                if buf.startswith(END, i):
+                    i += len(END)
+                    self._end_call()
+                    continue
+                rest = buf[i:]
+                if not final and (VALUE.startswith(rest) or END.startswith(rest)):
+                    self._buf = rest
+                    return
+                # not <arg_value>: the key goes on past this </arg_key> (vLLM's lazy regex)
+                self._key += KEY_END + self._gap
+                self._gap, self._mode = "", "key"
+                if len(self._key) > KEY_HOLD:
+                    self._key, self._mode = "", "seek"
+                continue
+            markers = _MARKERS[mode]
+            pos, marker = (-1, "") if buf.find("<", i) == -1 else find_first(buf, markers, i)
+            if pos == -1:
+                end = n if final else n - held_suffix_len(buf[max(i, n - _LONGEST):], markers)
+                self._mode_text(buf[i:end])
+                self._buf = buf[end:]
+                if final:
+                    self._finish_modes()
+                return
+            self._mode_text(buf[i:pos])
+            i = pos + len(marker)
+            self._marker(marker)
+
+    def _mode_text(self, text: str) -> None:
+        if not text:
+            return
+        mode = self._mode
+        if mode == "text":
+            self._text(text)
+        elif mode == "name":
+            name = (self._fn + text).lstrip()
+            k = _trailing_ws(name)
+            if k > 32:  # a long whitespace run: keep its start (no tool name has such a run)
+                name = name[: len(name) - k + 32]
+            self._fn = name
+            if len(name.rstrip()) > self._name_cap():  # longer than every tool name
+                self._fn, self._mode = "", "skip"
+        elif mode == "key":
+            self._key += text
+            if len(self._key) > KEY_HOLD:
+                self._key, self._mode = "", "seek"
+        elif mode == "val":
+            self._value_text(text)
+        # drop, skip, seek: ignored
+
+    def _marker(self, marker: str) -> None:
+        mode = self._mode
+        if marker == END:  # ends the call in every mode that looks for it
+            self._end_call()
+        elif marker == START:  # text / drop
+            self._mode, self._fn = "name", ""
+        elif marker == KEY:
+            if mode == "name" and not self._end_name():
+                self._mode = "skip"
+                return
+            self._mode, self._key, self._gap = "key", "", ""
+        elif marker == KEY_END:
+            self._mode, self._gap = "gap", ""
+        elif marker == VALUE_END:
+            self._end_value(closed=True)
+            self._mode = "seek"
+
+    def _finish_modes(self) -> None:
+        """The output ended: an unclosed call counts; held whitespace is content if no call was."""
+        if self._mode not in ("text", "drop"):
+            self._end_call()
+        if not self._acc and self._ws:
+            self._content(self._ws)
+        self._ws = ""
