@@ -110,8 +110,16 @@ class GlmReasoningParser(ReasoningParser):
 
     # -- splitting ---------------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> ParsedDelta:
+        if not self._buf and "<" not in text:  # every tag starts with "<": no tag here
+            if self._mode == "c":
+                return ParsedDelta(content=text)
+            reasoning: list[str] = []
+            self._text(text, reasoning, [])
+            if final:
+                self._ws = ""
+            return ParsedDelta(reasoning="".join(reasoning))
         buf, self._buf = self._buf + text, ""
-        reasoning: list[str] = []
+        reasoning = []
         content: list[str] = []
         i, n = 0, len(buf)
         while True:

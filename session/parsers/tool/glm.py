@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
-from .json_stream import JsonValueStreamer, escape_lone_surrogates, without_lone_surrogates
+from .json_stream import JsonValueStreamer, escape_lone_surrogates, is_plain, without_lone_surrogates
 from .streaming import StreamingToolParser
 
 START = "<tool_call>"
@@ -179,7 +179,7 @@ def _dumps(value: Any) -> str:
 
 def _esc(text: str) -> str:
     """``text`` as it appears inside a JSON string (``json.dumps`` without the quotes)."""
-    return _dumps(text)[1:-1]
+    return text if is_plain(text) else _dumps(text)[1:-1]
 
 
 def _trailing_ws(text: str) -> int:
@@ -378,6 +378,9 @@ class GlmToolParser(StreamingToolParser):
 
     # -- the state machine -------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> None:
+        if not final and not self._buf and "<" not in text and self._mode in ("text", "drop", "val", "skip", "seek"):
+            self._mode_text(text)  # every marker starts with "<": none here
+            return
         buf, self._buf = self._buf + text, ""
         i, n = 0, len(buf)
         while i < n or final:
