@@ -19,9 +19,13 @@ validation included):
   only a cached-text lookup per chunk and a copy of the chunk dict;
 - one HTTP stream, one token per call, against a real ``tokenwire launch render`` process, on a
   stream shaped like vLLM's reference (2,960 tokens: 2,015 of thinking, 508 of content, a 408-token
-  tool-call argument).
+  tool-call argument);
+- per parser family (``bench/parser_streams.py``: every family's own format on its tokenizer), a
+  4,000-token stream (reasoning, content, then one call's long argument, unfinished), one token per
+  push, state in memory: CPU per token against ``hermes``'s (target at most 1.5x) and the latency
+  inside the argument at its end over its start (flat: at most 1.3x).
 
-Usage: ``python bench/derender_bench.py [--quick] [--no-http] [--out bench/results/derender.json]``.
+Usage: ``python bench/derender_bench.py [--quick] [--no-http] [--parsers-only] [--out bench/results/derender.json]``.
 Prints one JSON document (also written to ``--out``). Timings are wall-clock medians (per chunk) and
 process CPU (whole streams) on whatever machine runs it; say so when quoting them.
 """
@@ -54,7 +58,7 @@ from session.state import StateCodec  # noqa: E402
 # vLLM 0.32 (CPU render server, hermes + qwen3, one token per HTTP call, 2,960 tokens) — issue 5
 VLLM = {"tokens": 2960, "parser_stream_s": 160.0, "parser_stream_s_8_per_call": 12.7, "plain_stream_s": 5.3,
         "non_streaming_ms": 52.0, "parser_call_ms_start": 6.0, "parser_call_ms_end": 109.0}
-TARGETS = {"latency_4000_over_100": 1.3, "in_memory_over_decodestream_per_token": 10.0,
+TARGETS = {"latency_4000_over_100": 1.3, "parser_per_token_over_hermes": 1.5, "parser_args_end_over_start": 1.3, "in_memory_over_decodestream_per_token": 10.0,
            "in_memory_stream_over_non_streaming": 2.0, "http_over_vllm_plain": 1.0, "vllm_parser_over_http": 30.0}
 POSITIONS = (100, 500, 1000, 2000, 2700, 3200, 3800, 4000)  # 100, 1,000 and 4,000 carry the targets
 SWEEP = (1, 2, 4, 8, 16, 32, 64)  # chunk sizes for the whole-stream ratio
@@ -317,10 +321,20 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     p.add_argument("--quick", action="store_true", help="fewer repetitions (a smoke run)")
     p.add_argument("--no-http", action="store_true", help="skip the HTTP stream against a real server")
+    p.add_argument("--parsers-only", action="store_true", help="only the per-parser-family section")
     p.add_argument("--out", default=str(ROOT / "bench" / "results" / "derender.json"))
     args = p.parse_args(argv)
     repeats = 2 if args.quick else 7
 
+    if args.parsers_only:
+        families = parser_families(repeats)
+        result_p = {"parsers": families, "targets": TARGETS, "ratios": parser_ratios(families)}
+        text = json.dumps(result_p, indent=1, ensure_ascii=False)
+        print(text)
+        out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(text + "\n")
+        return 0
     tok = _tokenizer()
     prompt = _prompt(tok)
     ids = build_stream(tok, think=2800, content=700, args=600, close=False)[:4100]  # ends inside the arguments
@@ -352,7 +366,8 @@ def main(argv: list[str] | None = None) -> int:
         ref = build_stream(tok, think=2015, content=508, args=408, close=True)
         result["http_one_token_per_call"] = http_stream(tok, ref, prompt)
 
-    result["ratios"] = ratios(result)
+    result["parsers"] = parser_families(repeats)
+    result["ratios"] = {**ratios(result), **parser_ratios(result["parsers"])}
     text = json.dumps(result, indent=1, ensure_ascii=False)
     print(text)
     out = Path(args.out)
@@ -405,6 +420,81 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
                                                        "target_at_least": TARGETS["vllm_parser_over_http"],
                                                        "holds": speedup >= TARGETS["vllm_parser_over_http"]}
         out["http.last_calls_over_first_calls"] = round(http["call_ms_last_100"] / http["call_ms_first_100"], 2)
+    return out
+
+
+# --- per parser family ------------------------------------------------------------------------------------
+
+
+PARSER_TOKENS = 4000
+
+
+def parser_family(name: str, repeats: int) -> dict[str, Any]:
+    """One family's stream (bench/parser_streams.py), pushed one token at a time: the one-shot split
+    checked first, then the whole stream's CPU per token and the latency at the argument's start and
+    end (WINDOW chunks each, the lowest repetition's median)."""
+    from transformers import AutoTokenizer
+
+    from bench.parser_streams import FAMILIES, stream
+    from server.assets import ensure
+
+    family = FAMILIES[name]
+    tok = AutoTokenizer.from_pretrained(str(ensure(family.asset)), local_files_only=True)
+    ids, body = stream(name, tok, PARSER_TOKENS)
+    request = ChatCompletionRequest.model_validate(body)
+    prompt = list(tok.encode("Plan my week.", add_special_tokens=False))
+
+    def derenderer() -> ChatDerenderer:
+        return chat_derenderer(request, prompt, request_id="chatcmpl-bench", created=0, model="bench",
+                               tokenizer=tok, tool_parser=family.tool, reasoning_parser=family.reasoning,
+                               enable_auto_tool_choice=True)
+
+    one = chat_response(derenderer(), GenerateResponse(request_id="b", choices=[
+        GenerateChoice(index=0, token_ids=ids, finish_reason="length")]))
+    message = one["choices"][0]["message"]
+    calls = message.get("tool_calls") or []
+    if not (message.get("reasoning") and message.get("content") and len(calls) == 1):
+        raise SystemExit(f"derender_bench: the {name} stream does not split into reasoning, content and one call: "
+                         f"{json.dumps(message, ensure_ascii=False)[:400]}")
+    arg_start = PARSER_TOKENS * 3 // 20  # past the reasoning (10 %) and the content (5 %)
+    per_chunk: list[list[float]] = [[] for _ in ids]
+    cpu: list[float] = []
+    for _ in range(repeats):
+        d = derenderer()
+        push = d.push
+        gc.disable()
+        c0 = time.process_time()
+        for k, token in enumerate(ids):
+            t = time.perf_counter()
+            push(0, [token])
+            per_chunk[k].append(time.perf_counter() - t)
+        cpu.append(time.process_time() - c0)
+        gc.enable()
+
+    def window(first: int) -> float:
+        rows = per_chunk[first:first + WINDOW]
+        return min(_median_us([samples[r] for samples in rows]) for r in range(repeats))
+
+    return {"tool_parser": family.tool, "reasoning_parser": family.reasoning, "asset": family.asset,
+            "tokens": len(ids), "per_token_us": round(min(cpu) / len(ids) * 1e6, 2),
+            "args_start_us": window(arg_start + 100), "args_end_us": window(len(ids) - WINDOW),
+            "argument_chars": len(calls[0]["function"]["arguments"])}
+
+
+def parser_families(repeats: int) -> dict[str, Any]:
+    from bench.parser_streams import FAMILIES
+
+    return {name: parser_family(name, repeats) for name in FAMILIES}
+
+
+def parser_ratios(families: dict[str, Any]) -> dict[str, Any]:
+    hermes = families["hermes"]["per_token_us"]
+    out: dict[str, Any] = {}
+    for name, row in families.items():
+        out[f"parsers.{name}.per_token_over_hermes"] = _cmp(row["per_token_us"] / hermes,
+                                                             TARGETS["parser_per_token_over_hermes"])
+        out[f"parsers.{name}.args_end_over_start"] = _cmp(row["args_end_us"] / row["args_start_us"],
+                                                           TARGETS["parser_args_end_over_start"])
     return out
 
 

@@ -36,7 +36,8 @@ Cases file schema::
         "differs": {"why": "…", "expect": "stream" | {"content": …, "reasoning": …,
                                                       "tool_calls": [{"name": …, "arguments": …}]}}
        }, ...],
-     "render": [{"name": …, "request": {...}}, ...]}   # optional: render-only parity cases
+     "render": [{"name": …, "request": {...}}, ...],   # optional: render-only parity cases,
+     "render_on": ["glm-4.6", ...]}                  # also rendered on these assets (no parser flags)
 
 ``differs`` (optional) marks a deliberate difference: tokenwire's answer is then vLLM's streaming one
 (``"stream"``) or the given split, instead of vLLM's non-streaming one; docs/parsers.md lists each.
@@ -212,9 +213,16 @@ def record(family: str, python: str, version: str) -> Path:
         key = json.dumps([case.get("asset", spec["asset"]), case.get("flags", spec.get("flags", {})),
                           case.get("config", spec.get("config", {}))], sort_keys=True)
         groups.setdefault(key, []).append(case)
+    # where the render items are rendered: the file's asset (with its flags and config), and each
+    # asset of "render_on" (no flags, the default config)
+    render_keys = {}
     if spec.get("render"):
-        key = json.dumps([spec["asset"], spec.get("flags", {}), spec.get("config", {})], sort_keys=True)
-        groups.setdefault(key, [])
+        for target in [spec["asset"], *spec.get("render_on", [])]:
+            own = target == spec["asset"]
+            key = json.dumps([target, spec.get("flags", {}) if own else {}, spec.get("config", {}) if own else {}],
+                             sort_keys=True)
+            groups.setdefault(key, [])
+            render_keys[key] = "" if own else f"{target}:"
     out: dict[str, Any] = {
         "_source": (f"vLLM {version}'s own answers, recorded by scripts/record_vllm_parsers.py {family} from "
                     f"tests/data/vllm/parsers/cases/{family}.json: `vllm launch render` on the asset's tokenizer "
@@ -257,12 +265,12 @@ def record(family: str, python: str, version: str) -> Path:
                     if "differs" in case:
                         entry["differs"] = case["differs"]
                     out["cases"][name] = entry
-                if asset == spec["asset"] and flags == spec.get("flags", {}) and config == spec.get("config", {}):
+                if key in render_keys:
                     for item in spec.get("render", []):
                         body = {**item["request"], "model": SERVED}
                         r = server.client.post("/v1/chat/completions/render", json=body)
                         answer = r.json()
-                        out["render"][item["name"]] = {
+                        out["render"][render_keys[key] + item["name"]] = {
                             "asset": asset, "flags": flags, "config": recording_config(asset, config),
                             "request": item["request"], "status": r.status_code,
                             "token_ids": answer.get("token_ids") if r.status_code == 200 else None,
