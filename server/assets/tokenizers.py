@@ -178,7 +178,16 @@ FAMILY_RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
     TokenizerRecipe("gemma-4", "google-gemma-4-31B-it.jinja", 262144, (1, 106),
                     {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
                      "mask_token": "<mask>", "add_bos_token": True, "add_eos_token": False,
-                     "clean_up_tokenization_spaces": False}, "ggml-vocab-gemma-4.gguf", builder="gemma4"),
+                     "clean_up_tokenization_spaces": False, "padding_side": "left",
+                     # the published config names every control token (transformers' all_special_tokens,
+                     # which vLLM's gemma4 grammar drops from the text unless it uses or keeps them)
+                     "audio_token": "<|audio|>", "boa_token": "<|audio>", "boi_token": "<|image>",
+                     "eoa_token": "<audio|>", "eoc_token": "<channel|>", "eoi_token": "<image|>",
+                     "eot_token": "<turn|>", "escape_token": '<|"|>', "etc_token": "<tool_call|>",
+                     "etd_token": "<tool|>", "etr_token": "<tool_response|>", "image_token": "<|image|>",
+                     "soc_token": "<|channel>", "sot_token": "<|turn>", "stc_token": "<|tool_call>",
+                     "std_token": "<|tool>", "str_token": "<|tool_response>", "think_token": "<|think|>",
+                     "additional_special_tokens": ["<|video|>"]}, "ggml-vocab-gemma-4.gguf", builder="gemma4"),
 )}
 RECIPES.update(FAMILY_RECIPES)
 

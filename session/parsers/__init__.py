@@ -15,6 +15,7 @@ from .errors import MalformedSnapshot, UnknownParser
 from .harmony import HarmonyReasoningParser, HarmonyToolParser
 from .reasoning import DeepSeekR1ReasoningParser, Qwen3ReasoningParser
 from .reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningParser
+from .reasoning.gemma4 import Gemma4ReasoningParser
 from .reasoning.glm import GlmReasoningParser
 from .reasoning.granite import GraniteReasoningParser
 from .reasoning.mistral import MistralReasoningParser
@@ -31,6 +32,7 @@ from .tool import (
 )
 from .tool.deepseek_v32 import DeepSeekV32ToolParser
 from .tool.forced import forced_function_name
+from .tool.gemma4 import Gemma4ToolParser
 from .tool.glm import GlmToolParser
 from .tool.granite import Granite4ToolParser, GraniteToolParser
 from .tool.llama4_pythonic import Llama4PythonicToolParser
@@ -40,6 +42,7 @@ from .tool.qwen3_xml import MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParse
 # formats (the deepseek_v3 parser reads both the V3 and the V3.1 call format).
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "deepseek_v32": DeepSeekV32ToolParser,  # DeepSeek-V3.2 DSML calls
+    "gemma4": Gemma4ToolParser,  # Gemma 4: <|tool_call>call:NAME{key:<|"|>v<|"|>}<tool_call|>
     "hermes": HermesToolParser,
     "llama3_json": Llama3JsonToolParser,
     "llama4_json": Llama3JsonToolParser,
@@ -67,6 +70,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "deepseek_v3": DeepSeekV3ReasoningParser,  # <think> only with thinking / enable_thinking
     "holo2": Holo2ReasoningParser,  # the same, thinking on by default
+    "gemma4": Gemma4ReasoningParser,  # Gemma 4: <|channel>thought\n…<channel|>
     "deepseek_r1": DeepSeekR1ReasoningParser,
     "qwen3": Qwen3ReasoningParser,
     "seed_oss": SeedOssReasoningParser,

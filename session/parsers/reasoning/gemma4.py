@@ -1,0 +1,180 @@
+"""``gemma4``: Gemma 4's thinking channel, ``<|channel>thought\\n…<channel|>``.
+
+As vLLM 0.32's ``gemma4`` reasoning parser (the ``Gemma4Parser`` engine grammar with tool
+parsing off, non-streaming answer):
+
+- the output starts as content; ``<|channel>`` starts reasoning, ``<channel|>`` ends it, and a
+  ``<|tool_call>`` ends it too (the call is content, for the tool parser); a later ``<|channel>``
+  starts reasoning again (all of it is one reasoning text), a ``<channel|>`` outside reasoning and a
+  ``<tool_call|>`` that closes no call are dropped;
+- an output that starts with ``thought\\n``, or is ``thought`` cut short before ``<channel|>``,
+  starts in reasoning (vLLM adds the ``<|channel>`` the prompt may have held);
+- the reasoning's leading ``thought\\n`` (the channel's name) and trailing whitespace are dropped;
+  a reasoning that is only ``thought`` is none;
+- the special tokens the grammar does not name are dropped (see ``tool.gemma4.DROPPED``).
+
+``chat_template_kwargs.enable_thinking`` changes nothing here: the template then leaves the
+channel to the model, which opens it in its output (vLLM's split reads the output alone). The
+markers are special tokens: decode with them kept. Differences: /work/notes/docs-gemma4.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from ..base import ParsedDelta, ParserContext, ReasoningParser
+from ..errors import MalformedSnapshot
+from ..markers import find_first, held_suffix_len
+from ..tool.gemma4 import CHANNEL_END, CHANNEL_START, DROPPED, TOOL_END, TOOL_START
+
+THOUGHT = "thought"
+_PREFIX = THOUGHT + "\n"
+_DROPPED = frozenset(DROPPED)
+_MARKERS = (CHANNEL_START, CHANNEL_END, TOOL_START, TOOL_END, *DROPPED)
+_HOLD = max(map(len, _MARKERS))
+
+
+def _rstrip_at(text: str) -> int:
+    h = len(text)
+    while h > 0 and text[h - 1].isspace():
+        h -= 1
+    return h
+
+
+def _start(text: str, final: bool) -> bool | None:
+    """Whether an output that starts with ``text`` starts in reasoning; None: not known yet.
+
+    vLLM decides it on the first text it reads: ``thought\\n``, exactly ``thought``, or a
+    ``<channel|>`` with no ``<|channel>`` (here: right after a prefix of ``thought``)."""
+    if text.startswith(_PREFIX):
+        return True
+    k = 0
+    while k < len(text) and k < len(THOUGHT) and text[k] == THOUGHT[k]:
+        k += 1
+    rest = text[k:]
+    if not rest:
+        return (text == THOUGHT) if final else None
+    if k and CHANNEL_END.startswith(rest):
+        return True if rest == CHANNEL_END else (False if final else None)
+    return False
+
+
+class Gemma4ReasoningParser(ReasoningParser):
+    """Modes: ``start`` (the first characters may still say the output starts in reasoning),
+    ``reasoning``, ``content``."""
+
+    name = "gemma4"
+    needs_special_tokens = True
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._mode = "start"
+        self._buf = ""  # text not decided yet: the output's start, or a partial marker
+        self._head: str | None = ""  # the reasoning while it may still be (a prefix of) "thought\n"
+        self._ws = ""  # the reasoning's trailing whitespace, held until more reasoning follows
+        self._span = False  # inside a tool call (its <tool_call|> is content)
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._mode == "content"
+
+    # -- the contract ------------------------------------------------------------------------
+    def feed(self, text: str) -> ParsedDelta:
+        out = ParsedDelta()
+        if text:
+            self._process(text, False, out)
+        return out
+
+    def finish(self) -> ParsedDelta:
+        out = ParsedDelta()
+        self._process("", True, out)
+        head, self._head = self._head, None
+        if head is not None:
+            head = head[: _rstrip_at(head)]
+            if head != THOUGHT:
+                out.reasoning += head
+        self._ws = ""
+        return out
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"p": self.name, "m": self._mode, "b": self._buf, "h": self._head, "w": self._ws, "t": self._span}
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        try:
+            mode, head = snapshot["m"], snapshot["h"]
+            if mode not in ("start", "reasoning", "content") or not (head is None or isinstance(head, str)):
+                raise ValueError(mode)
+            parser._mode, parser._buf, parser._head = mode, str(snapshot["b"]), head
+            parser._ws, parser._span = str(snapshot["w"]), bool(snapshot["t"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
+        return parser
+
+    # -- splitting ---------------------------------------------------------------------------
+    def _process(self, text: str, final: bool, out: ParsedDelta) -> None:
+        buf, self._buf = self._buf + text, ""
+        if self._mode == "start":
+            decided = _start(buf, final)
+            if decided is None:
+                self._buf = buf
+                return
+            self._mode = "reasoning" if decided else "content"
+        i, n = 0, len(buf)
+        while True:
+            pos, marker = find_first(buf, _MARKERS, i) if "<" in buf[i:] else (-1, "")
+            if pos == -1:
+                end = n if final else n - held_suffix_len(buf[max(i, n - _HOLD) :], _MARKERS)
+                self._text(buf[i:end], out)
+                self._buf = buf[end:]
+                return
+            self._text(buf[i:pos], out)
+            i = pos + len(marker)
+            self._marker(marker, out)
+
+    def _text(self, text: str, out: ParsedDelta) -> None:
+        if not text:
+            return
+        if self._mode == "content":
+            out.content += text
+            return
+        if self._head is not None:
+            head = self._head + text
+            if head.startswith(_PREFIX):
+                self._head, text = None, head[len(_PREFIX) :]
+            elif _PREFIX.startswith(head) or (head.startswith(THOUGHT) and head[len(THOUGHT) :].isspace()):
+                self._head = head
+                return
+            else:
+                self._head, text = None, head
+        buf = self._ws + text
+        h = _rstrip_at(buf)
+        out.reasoning += buf[:h]
+        self._ws = buf[h:]
+
+    def _marker(self, marker: str, out: ParsedDelta) -> None:
+        if marker in _DROPPED:
+            return
+        if self._mode == "reasoning":
+            if marker == CHANNEL_END:
+                self._mode = "content"
+            elif marker == TOOL_START:
+                self._mode, self._span = "content", True
+                out.content += marker
+            elif marker == TOOL_END:
+                self._span = False
+                self._text(marker, out)
+            # a <|channel> inside reasoning is dropped
+            return
+        if marker == CHANNEL_START:
+            self._mode = "reasoning"
+        elif marker == TOOL_START:
+            self._span = True
+            out.content += marker
+        elif marker == TOOL_END and self._span:
+            self._span = False
+            out.content += marker
+        # <channel|> and a <tool_call|> that closes no call are dropped

@@ -1,0 +1,190 @@
+"""``gemma4``: Gemma 4 tool calls, ``<|tool_call>call:NAME{key:value,…}<tool_call|>``.
+
+As vLLM 0.32's ``gemma4`` tool parser (the ``Gemma4Parser`` engine grammar read on the content,
+non-streaming answer):
+
+- a call starts at ``<|tool_call>``; text up to the first ``:`` (``call:``) is dropped, the name
+  runs to ``{`` (or ``(``) and is stripped, the arguments run to ``<tool_call|>`` (or the end of
+  the output) and are converted as :mod:`.gemma4_args` describes (``<|"|>``-delimited strings,
+  bare values, schema types from the request's tools); ``<tool_call|>`` right after the name is a
+  call with ``{}``; a call whose name is empty is dropped; a stray ``<tool_call|>`` is dropped;
+- content is the text before the first call; once a call has a name, the text after it is
+  dropped; whitespace-only content before a call is dropped, and the content's trailing
+  whitespace is dropped when the call that follows it is returned (vLLM strips the content of a
+  message with calls);
+- the special tokens the grammar does not name (``<turn|>``, ``<eos>``, ``<|tool_response>``, …)
+  are dropped wherever they appear, as vLLM's engine drops them;
+- ``tool_choice: "none"`` with tools: no calls, and the content is the text outside them (vLLM's
+  engine reads the calls and suppresses them); no tools: calls are read but not returned;
+  ``"required"`` and a named function read the calls as ``"auto"`` does (vLLM's gemma4 parser
+  does not support structured output for them: ``supports_required_and_named = False``).
+
+The markers are special tokens (Gemma 4's tokenizer config names every one of them), so the text
+is decoded with special tokens kept. Differences from vLLM: /work/notes/docs-gemma4.md.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from ..base import ParserContext
+from ..markers import find_first, held_suffix_len
+from .gemma4_args import ArgsReader, tool_properties
+from .json_stream import without_lone_surrogates
+from .streaming import StreamingToolParser
+
+CHANNEL_START = "<|channel>"
+CHANNEL_END = "<channel|>"
+TOOL_START = "<|tool_call>"
+TOOL_END = "<tool_call|>"
+# Gemma 4's special tokens that vLLM's gemma4 grammar neither uses nor preserves (``<|"|>`` is
+# preserved): its engine drops their text wherever it reads it.
+DROPPED = ("<pad>", "<eos>", "<bos>", "<unk>", "<mask>", "<|tool>", "<tool|>", "<|tool_response>",
+           "<tool_response|>", "<|think|>", "<|turn>", "<turn|>", "<|image>", "<|audio>", "<|image|>",
+           "<|audio|>", "<image|>", "<audio|>", "<|video|>")
+_DROPPED = frozenset(DROPPED)
+
+_MARKERS: dict[str, tuple[str, ...]] = {
+    "text": (TOOL_START, TOOL_END, *DROPPED),
+    "pre": (TOOL_END, ":"),  # everything else before the name is dropped, special tokens included
+    "name": (TOOL_END, "{", "(", *DROPPED),
+    "args": (TOOL_END, *DROPPED),
+}
+_HOLD = max(len(m) for m in _MARKERS["text"])
+
+
+def _rstrip_at(text: str) -> int:
+    h = len(text)
+    while h > 0 and text[h - 1].isspace():
+        h -= 1
+    return h
+
+
+class Gemma4ToolParser(StreamingToolParser):
+    """Modes: ``text`` (content), ``pre`` (after ``<|tool_call>``, up to ``:``), ``name``,
+    ``args``."""
+
+    name = "gemma4"
+    needs_special_tokens = True
+    # vLLM reads "required" / named tool_choice with this parser too, and runs it for "none".
+    supports_required_and_named: ClassVar[bool] = False
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        choice = ctx.tool_choice if ctx.tool_choice is not None else ("auto" if ctx.tools else "none")
+        self._suppress = choice == "none" and bool(ctx.tools)  # the calls' text is not content
+        self._emit = choice != "none" and bool(ctx.tools)  # calls are returned
+        self._fname = ""  # the name being read
+        self._call = ""  # the current call's name (its schema types the arguments)
+        self._args: ArgsReader | None = None
+        self._drop = False  # a call had a name: the text after it is not content
+        self._ws = ""  # trailing whitespace of the content, held until it is known to stay
+        self._seen = False  # content other than whitespace was emitted
+
+    def _save(self) -> dict[str, Any]:
+        return {"f": self._fname, "c": self._call, "a": None if self._args is None else self._args.save(),
+                "d": self._drop, "w": self._ws, "s": self._seen}
+
+    def _load(self, state: dict[str, Any]) -> None:
+        if self._mode not in _MARKERS:
+            raise ValueError(self._mode)
+        self._fname, self._call = str(state["f"]), str(state["c"])
+        self._drop, self._ws, self._seen = bool(state["d"]), str(state["w"]), bool(state["s"])
+        args = state["a"]
+        self._args = None if args is None else ArgsReader.load(tool_properties(self.ctx.tools, self._call), args)
+
+    def plain_content_guard(self) -> str | None:
+        # Only without the whitespace rules (tool_choice "none" with tools) is plain text content as it is.
+        return "<" if self._suppress and self._mode == "text" and not self._buf else None
+
+    # -- splitting ---------------------------------------------------------------------------
+    def _process(self, text: str, final: bool) -> None:
+        buf, self._buf = self._buf + text, ""
+        i, n = 0, len(buf)
+        while i <= n:
+            mode = self._mode
+            if mode == "text" and "<" not in buf[i:]:
+                self._text(buf[i:])
+                break
+            markers = _MARKERS[mode]
+            pos, marker = find_first(buf, markers, i)
+            if pos == -1:
+                end = n if final else n - held_suffix_len(buf[max(i, n - _HOLD) :], markers)
+                self._text(buf[i:end])
+                self._buf = buf[end:]
+                break
+            self._text(buf[i:pos])
+            i = pos + len(marker)
+            self._marker(marker)
+        if final:
+            if self._mode == "name":
+                self._name_done()
+            if self._mode != "text":
+                self._end_call()
+            if self._ws:
+                self._content(self._ws)
+                self._ws = ""
+
+    def _text(self, text: str) -> None:
+        if not text:
+            return
+        mode = self._mode
+        if mode == "text":
+            if self._suppress:
+                self._content(text)
+            elif not self._drop:
+                buf = self._ws + text
+                h = _rstrip_at(buf)
+                if h:
+                    self._content(buf[:h])
+                    self._seen = True
+                self._ws = buf[h:]
+        elif mode == "name":
+            self._fname += text
+        elif mode == "args" and self._args is not None:
+            self.add_args(self._args.feed(text))
+
+    def _marker(self, marker: str) -> None:
+        if marker in _DROPPED:
+            return
+        mode = self._mode
+        if mode == "text":
+            if marker == TOOL_START:
+                self._mode = "pre"
+                if not self._seen:
+                    self._ws = ""  # whitespace-only content before a call is dropped
+            # a stray <tool_call|> is dropped
+        elif mode == "pre":
+            if marker == ":":
+                self._mode, self._fname = "name", ""
+            else:
+                self._end_call()
+        elif mode == "name":
+            self._name_done()
+            if marker == TOOL_END:
+                self._end_call()
+        elif marker == TOOL_END:
+            self._end_call()
+
+    def _name_done(self) -> None:
+        """The name is complete: a call starts (its arguments follow, if any)."""
+        raw, self._fname = self._fname, ""
+        self._mode = "args"
+        if self._suppress:
+            return
+        if raw:
+            self._drop = True
+        name = raw.strip()
+        if not name:
+            return
+        self._ws = ""  # the content before a call that is returned is stripped
+        if self._emit:
+            self._call = without_lone_surrogates(name)
+            self.open_call(self._call)
+            self._args = ArgsReader(tool_properties(self.ctx.tools, self._call))
+            self.add_args(self._args.feed(""))
+
+    def _end_call(self) -> None:
+        if self._args is not None:
+            self.add_args(self._args.end())
+        self._mode, self._args, self._call, self._fname = "text", None, "", ""
