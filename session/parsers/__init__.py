@@ -18,6 +18,7 @@ from .reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningPars
 from .reasoning.gemma4 import Gemma4ReasoningParser
 from .reasoning.glm import GlmReasoningParser
 from .reasoning.granite import GraniteReasoningParser
+from .reasoning.minimax_m2 import MiniMaxM2AppendThinkReasoningParser, MiniMaxM2ReasoningParser
 from .reasoning.mistral import MistralReasoningParser
 from .reasoning.nemotron_v3 import GraniteThinkingReasoningParser, NemotronV3ReasoningParser
 from .reasoning.qwen3 import SeedOssReasoningParser, Step3p5ReasoningParser
@@ -36,11 +37,13 @@ from .tool.gemma4 import Gemma4ToolParser
 from .tool.glm import GlmToolParser
 from .tool.granite import Granite4ToolParser, GraniteToolParser
 from .tool.llama4_pythonic import Llama4PythonicToolParser
+from .tool.minimax_m2 import MinimaxM2ToolParser
 from .tool.qwen3_xml import MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParser
 
 # ``--tool-call-parser`` names. ``llama4_json`` and ``deepseek_v31`` are vLLM's names for the same
 # formats (the deepseek_v3 parser reads both the V3 and the V3.1 call format).
 TOOL_PARSERS: dict[str, type[ToolParser]] = {
+    "minimax_m2": MinimaxM2ToolParser,
     "deepseek_v32": DeepSeekV32ToolParser,  # DeepSeek-V3.2 DSML calls
     "gemma4": Gemma4ToolParser,  # Gemma 4: <|tool_call>call:NAME{key:<|"|>v<|"|>}<tool_call|>
     "hermes": HermesToolParser,
@@ -68,6 +71,8 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
 
 # ``--reasoning-parser`` names.
 REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
+    "minimax_m2": MiniMaxM2ReasoningParser,
+    "minimax_m2_append_think": MiniMaxM2AppendThinkReasoningParser,
     "deepseek_v3": DeepSeekV3ReasoningParser,  # <think> only with thinking / enable_thinking
     "holo2": Holo2ReasoningParser,  # the same, thinking on by default
     "gemma4": Gemma4ReasoningParser,  # Gemma 4: <|channel>thought\n…<channel|>

@@ -1,0 +1,160 @@
+"""``minimax_m2`` and ``minimax_m2_append_think``: MiniMax-M2 reasoning.
+
+MiniMax-M2's template ends the prompt with ``<think>\\n``; the model writes its reasoning, then
+``</think>``, then the answer.
+
+``minimax_m2`` is vLLM 0.32's ``minimax_m2`` engine grammar, read for reasoning:
+
+- the output starts as reasoning (content when the prompt already closed the think block, as vLLM's
+  streaming reads the prompt); every ``<think>`` there is dropped;
+- ``</think>`` ends it (dropped); ``<minimax:tool_call>`` ends it too, and the marker and what follows
+  are content (for the tool parser); with neither, everything is reasoning (the output was cut);
+- the reasoning is right-stripped (vLLM strips trailing whitespace; whitespace is held back until
+  more reasoning follows);
+- in content every further ``</think>`` is dropped (vLLM's grammar drops it from content, its
+  non-streaming pass inside call arguments too); the rest is verbatim.
+
+``minimax_m2_append_think`` is vLLM's ``MiniMaxM2AppendThinkReasoningParser``: no reasoning at all,
+the content is ``"<think>"`` followed by the whole output (the think block kept inside the content,
+as the template's prompt opened it).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar, Self
+
+from ..base import ParsedDelta, ParserContext, ReasoningParser
+from ..errors import MalformedSnapshot
+from ..markers import find_first, held_suffix_len
+from ..tool.minimax_m2 import TOOL_START, pack_space, unpack_space
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+_REASONING_MARKERS = (THINK_START, THINK_END, TOOL_START)
+_CONTENT_MARKERS = (THINK_END,)
+
+
+class MiniMaxM2ReasoningParser(ReasoningParser):
+    name = "minimax_m2"
+    needs_special_tokens = False
+    # vLLM's minimax_m2 reasoning parser is the engine grammar itself (with it, vLLM also runs its
+    # engine tool parser for tool_choice "none", to take the call markup out of the content).
+    engine_grammar: ClassVar[bool] = True
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._mode = "content" if ctx.prompt_ends_reasoning else "reasoning"
+        self._buf = ""  # a partial marker
+        self._ws = ""  # trailing whitespace of the reasoning, held back
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._mode == "content"
+
+    def feed(self, text: str) -> ParsedDelta:
+        return self._process(text, final=False)
+
+    def finish(self) -> ParsedDelta:
+        return self._process("", final=True)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"p": self.name, "m": self._mode, "b": self._buf, "w": pack_space(self._ws)}
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        try:
+            mode = snapshot["m"]
+            if mode not in ("reasoning", "content"):
+                raise ValueError(mode)
+            parser._mode, parser._buf, parser._ws = mode, str(snapshot["b"]), unpack_space(snapshot["w"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
+        return parser
+
+    def _reasoning(self, parts: list[str], text: str) -> None:
+        """Reasoning text, its trailing whitespace held back until more reasoning follows."""
+        if not text:
+            return
+        text = self._ws + text
+        cut = len(text.rstrip())
+        if cut:
+            parts.append(text[:cut])
+        self._ws = text[cut:]
+
+    def _process(self, text: str, final: bool) -> ParsedDelta:
+        buf, self._buf = self._buf + text, ""
+        if self._mode == "content":
+            return ParsedDelta(content=self._content(buf, final))
+        reasoning: list[str] = []
+        i, n = 0, len(buf)
+        while True:
+            pos, marker = find_first(buf, _REASONING_MARKERS, i)
+            if pos == -1:
+                end = n if final else n - held_suffix_len(buf[max(i, n - len(TOOL_START)):], _REASONING_MARKERS)
+                self._reasoning(reasoning, buf[i:end])
+                self._buf = buf[end:]
+                if final:
+                    self._ws = ""
+                return ParsedDelta(reasoning="".join(reasoning))
+            self._reasoning(reasoning, buf[i:pos])
+            if marker == THINK_START:
+                i = pos + len(marker)
+                continue
+            self._mode, self._ws = "content", ""  # trailing whitespace of the reasoning is dropped
+            rest = buf[pos + len(THINK_END):] if marker == THINK_END else buf[pos:]
+            return ParsedDelta(reasoning="".join(reasoning), content=self._content(rest, final))
+
+    def _content(self, buf: str, final: bool) -> str:
+        if "<" not in buf:
+            return buf
+        parts = buf.split(THINK_END)
+        last = parts[-1]
+        keep = 0 if final else held_suffix_len(last[-len(THINK_END):], _CONTENT_MARKERS)
+        if keep:
+            self._buf = last[-keep:]
+            parts[-1] = last[:-keep]
+        return "".join(parts)
+
+
+class MiniMaxM2AppendThinkReasoningParser(ReasoningParser):
+    name = "minimax_m2_append_think"
+    needs_special_tokens = False
+    engine_grammar: ClassVar[bool] = False
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._opened = False  # "<think>" was sent
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return True
+
+    @property
+    def passthrough(self) -> bool:
+        return self._opened
+
+    def feed(self, text: str) -> ParsedDelta:
+        if not text or self._opened:
+            return ParsedDelta(content=text)
+        self._opened = True
+        return ParsedDelta(content=THINK_START + text)
+
+    def finish(self) -> ParsedDelta:
+        if self._opened:
+            return ParsedDelta()
+        self._opened = True
+        return ParsedDelta(content=THINK_START)
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"p": self.name, "s": self._opened}
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name or not isinstance(snapshot.get("s"), bool):
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        parser._opened = snapshot["s"]
+        return parser
