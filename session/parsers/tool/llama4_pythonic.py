@@ -1,77 +1,117 @@
 """``llama4_pythonic``: Llama 4's pythonic calls, ``[f(a=1), g()]``, optionally wrapped in
 ``<|python_start|>`` … ``<|python_end|>``.
 
-As vLLM's ``Llama4PythonicToolParser``, which is its ``pythonic`` parser plus one rule (non-streaming
-``extract_tool_calls``): an output that *starts* with ``<|python_start|>`` has that marker removed
-and every ``<|python_end|>`` in it removed, and the rest is read as ``pythonic`` reads an output —
-a list of calls when it starts with ``[``, else content (the content then has the markers
-removed too). An output that does not start with ``<|python_start|>`` is read exactly as
-``pythonic`` reads it (``<|python_end|>`` is then plain text; after the list's ``]`` it is dropped
-with the rest, as ``pythonic`` drops text after the list).
+As vLLM 0.32's ``Llama4PythonicToolParser`` — its ``pythonic`` parser plus one rule — reads a whole
+output (its non-streaming answer):
+
+- an output that starts with ``<|python_start|>`` is read without that marker and with every
+  ``<|python_end|>`` in it removed (one inside a string argument too); the rest is read as
+  ``pythonic`` reads an output: calls when it is a list of calls, else the output is content —
+  then *as written*, markers included (vLLM's chat server returns the raw output when no call was
+  found);
+- an output that does not start with the marker is read exactly as ``pythonic`` reads it
+  (``<|python_end|>`` is plain text; after the list's ``]`` it is dropped with the rest, as
+  ``pythonic`` drops text after the list);
+- argument values are vLLM 0.32's literals (``tool_parsers/utils.get_parameter_value``), wider
+  than those of tokenwire's ``pythonic``: besides constants, lists and dicts with constant keys,
+  also tuples and sets (as lists), ``+``/``-`` numbers, ``true`` / ``false`` / ``null``, and
+  f-strings without placeholders.
 
 This parser is a filter in front of :class:`~.pythonic.PythonicToolParser`: it decides whether the
 output starts with the marker (holding a partial ``<|python_start|>`` at the start), then strips
-``<|python_end|>`` from what it passes on (holding a partial one at the end of a chunk). Its own
-state: ``x`` the stage (``"pre"`` deciding, ``"on"`` the marker was there, ``"off"`` it was not) and
-``h`` the held partial marker.
+``<|python_end|>`` from what it passes on (holding a partial one at the end of a chunk), and keeps
+the original text until the first call is announced so that a fallback is the text as written.
+Its state: ``x`` the stage (``pre`` deciding, ``on`` the marker was there, ``off`` it was not,
+``raw`` fallen back after the marker: all is content), ``h`` the held partial marker, ``o`` the
+original text while no call was announced (after the marker only).
 
-On Llama 4 both markers are special tokens: decoded with ``skip_special_tokens`` (the default,
-``needs_special_tokens`` is false as for vLLM's parser, which does not ask for them) they are not
-in the text and the output reads as plain ``pythonic``; kept or spelled out as text, they are
-handled as above.
+On Llama 4 both markers are special tokens: decoded with ``skip_special_tokens`` (the default;
+``needs_special_tokens`` is false, as vLLM's parser does not ask for them) they are not in the text
+and the output reads as plain ``pythonic``; spelled out as text, they are handled as above.
 """
 
 from __future__ import annotations
 
+import ast
 from typing import Any
 
 from ..base import ParserContext
 from ..markers import held_suffix_len
-from .pythonic import PythonicToolParser
+from .pythonic import PythonicToolParser, _NotLiteral
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
+_JSON_NAMES: dict[str, Any] = {"null": None, "true": True, "false": False}
+
+
+def vllm_literal(node: ast.expr) -> Any:
+    """The value of an argument node as vLLM 0.32's ``get_parameter_value`` reads it."""
+    if isinstance(node, ast.Constant):
+        if node.value is None or isinstance(node.value, (str, int, float)):
+            return node.value
+        raise _NotLiteral  # bytes, Ellipsis, complex
+    if isinstance(node, ast.Dict):
+        if not all(isinstance(k, ast.Constant) for k in node.keys):
+            raise _NotLiteral
+        return {k.value: vllm_literal(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[union-attr]
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
+        return [vllm_literal(v) for v in node.elts]
+    if isinstance(node, ast.JoinedStr) and all(isinstance(p, ast.Constant) for p in node.values):
+        return "".join(str(p.value) for p in node.values)  # type: ignore[attr-defined]
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = vllm_literal(node.operand)
+        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else operand
+    raise _NotLiteral
 
 
 class Llama4PythonicToolParser(PythonicToolParser):
     name = "llama4_pythonic"
     needs_special_tokens = False
+    literal = staticmethod(vllm_literal)
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
         self._stage = "pre"
         self._held = ""
+        self._orig = ""
 
     def _save(self) -> dict[str, Any]:
         state = super()._save()
-        state.update(x=self._stage, h=self._held)
+        state.update(x=self._stage, h=self._held, o=self._orig)
         return state
 
     def _load(self, state: dict[str, Any]) -> None:
         super()._load(state)
         stage = state["x"]
-        if stage not in ("pre", "on", "off"):
+        if stage not in ("pre", "on", "off", "raw"):
             raise ValueError(stage)
-        self._stage, self._held = stage, str(state["h"])
+        self._stage, self._held, self._orig = stage, str(state["h"]), str(state["o"])
 
     def plain_content_guard(self) -> str | None:
-        if self._held or self._stage == "pre":
+        if self._stage == "raw":
+            return ""
+        if self._stage != "off":
             return None
-        guard = super().plain_content_guard()
-        if self._stage == "on" and guard == "":  # content, but <|python_end|> is still removed
-            return "<"
-        return guard
+        return super().plain_content_guard()
 
     def _process(self, text: str, final: bool) -> None:
+        if self._stage == "raw":
+            self._content(text)
+            return
         buf, self._held = self._held + text, ""
         if self._stage == "pre":
             if buf.startswith(PYTHON_START):
-                self._stage, buf = "on", buf[len(PYTHON_START):]
+                self._stage, self._orig, buf = "on", buf, buf[len(PYTHON_START):]
             elif PYTHON_START.startswith(buf) and not final:
                 self._held = buf  # "" or a partial marker: not decided yet
                 return
             else:
                 self._stage = "off"
+        elif self._stage == "on" and not self._calls:
+            self._orig += text
         if self._stage == "on" and "<" in buf:
             # As one str.replace over the whole output: markers are found left to right in the
             # text itself (the pieces around a removed one never join into a new one), and only
@@ -84,3 +124,11 @@ class Llama4PythonicToolParser(PythonicToolParser):
             buf = "".join(pieces)
         if buf or final:
             super()._process(buf, final)
+        if self._stage != "on":
+            return
+        if self._calls:
+            self._orig = ""
+        elif self._mode in ("text", "raw") or final:  # no call after the marker: the output as written is content
+            self._content_out.clear()
+            self._content(self._orig)
+            self._stage, self._orig, self._held = "raw", "", ""

@@ -20,6 +20,7 @@ import ast
 import json
 import keyword
 import re
+from collections.abc import Callable
 from typing import Any
 
 from .json_stream import escape_lone_surrogates
@@ -46,8 +47,9 @@ def _literal(node: ast.expr) -> Any:
     raise _NotLiteral
 
 
-def keyword_argument(segment: str) -> tuple[str, str] | None:
-    """``("key", canonical JSON of the value)`` for one ``key=literal`` segment, else None."""
+def keyword_argument(segment: str, literal: Callable[[ast.expr], Any] = _literal) -> tuple[str, str] | None:
+    """``("key", canonical JSON of the value)`` for one ``key=literal`` segment, else None
+    (``literal``: the value of a literal node, raising ``_NotLiteral`` for anything else)."""
     try:
         tree = ast.parse("f(" + segment + "\n)", mode="eval")
         call = tree.body
@@ -56,7 +58,7 @@ def keyword_argument(segment: str) -> tuple[str, str] | None:
         kw = call.keywords[0]
         if kw.arg is None:
             return None
-        return kw.arg, escape_lone_surrogates(json.dumps(_literal(kw.value), ensure_ascii=False))
+        return kw.arg, escape_lone_surrogates(json.dumps(literal(kw.value), ensure_ascii=False))
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, _NotLiteral):
         return None
 
@@ -70,6 +72,7 @@ class PythonicToolParser(StreamingToolParser):
     needs_special_tokens = False
     initial_mode = "start"
     content_guards = {"text": "", "raw": ""}
+    literal = staticmethod(_literal)  # what a keyword argument's value may be (a subclass may widen it)
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -118,7 +121,7 @@ class PythonicToolParser(StreamingToolParser):
             else:  # "f()"
                 self._commit("{}")
             return True
-        kwarg = keyword_argument(segment)
+        kwarg = keyword_argument(segment, self.literal)
         if kwarg is None or kwarg[0] in self._kws:
             return False
         key, value = kwarg
