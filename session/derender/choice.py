@@ -50,6 +50,7 @@ class StreamSpec:
     include_reasoning: bool = True
     parallel_tool_calls: bool = True
     tool_calls_finish: bool = True  # calls made turn finish_reason "stop" into "tool_calls"
+    drop_tool_calls: bool = False  # the tool parser reads the output, its calls are dropped (tool_choice "none")
     prompt_tail: tuple[int, ...] = ()
 
 
@@ -197,6 +198,8 @@ class ChoiceStream:
     # --- the step --------------------------------------------------------------------------------
     @property
     def calls_made(self) -> int:
+        if self.spec.drop_tool_calls:
+            return 0
         tool: ToolParser | ReasoningParser | None = self.tool or self.reasoning  # (harmony: the reasoning slot)
         made: int = getattr(tool, "calls_made", 0)
         if not made:
@@ -323,7 +326,7 @@ class ChoiceStream:
             self.route = _ANY_CONTENT
             return
         call = tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
-        if call is not None:
+        if call is not None and not self.spec.drop_tool_calls:
             self.route, self.route_call = _ARGS, call
             return
         guard = tool.plain_content_guard()
@@ -370,7 +373,9 @@ class ChoiceStream:
         if t is None:
             return Piece(reasoning=reasoning)
         calls = t.tool_calls
-        if calls and not self.spec.parallel_tool_calls:
+        if calls and self.spec.drop_tool_calls:
+            calls = []
+        elif calls and not self.spec.parallel_tool_calls:
             calls = [c for c in calls if c.index == 0]
         return Piece(content=t.content, reasoning=reasoning, tool_calls=calls)
 

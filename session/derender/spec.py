@@ -20,7 +20,6 @@ from session.errors import DerenderError
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, effective_tool_choice, tool_parser_class
 from session.parsers.base import ParserContext, ReasoningParser, ToolParser
 from session.parsers.harmony import harmony_for
-from session.parsers.tool import NamedToolChoiceParser
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 __all__ = ["PARSER_REQUIRES_CHAT_REQUEST", "ParserConfig", "chat_spec", "completion_spec", "resolve_parsers"]
@@ -90,13 +89,33 @@ def prompt_reasoning_flags(table: TokenTable, prompt_ids: Sequence[int]) -> tupl
     return opened > closed, closed > opened
 
 
-def _tool_parser(config: ParserConfig, ctx: ParserContext) -> type[ToolParser] | None:
-    if effective_tool_choice(ctx) == "auto":
+def _engine_based(config: ParserConfig) -> bool:
+    """vLLM 0.32's ``_engine_based``: every configured parser is one of its engine-grammar parsers."""
+    return all(p is None or p.engine_based for p in (config.tool_parser, config.reasoning_parser))
+
+
+def _tool_parser(config: ParserConfig, ctx: ParserContext) -> tuple[type[ToolParser] | None, bool]:
+    """The tool parser a request gets and whether its calls are dropped, as vLLM 0.32's
+    ``_extract_tool_calls`` decides (docs/parsers.md, "Which parser a request gets"):
+
+    - ``"none"`` (or no tools): an engine-grammar parser still reads the output and its calls are
+      dropped (their markup never reaches the content); any other parser reads nothing;
+    - ``"auto"``: the configured parser, with ``--enable-auto-tool-choice``;
+    - ``"required"`` / named: the forced JSON parsers, unless the configured parser reads them in the
+      model's own format (``supports_required_and_named`` false: then as ``"auto"``).
+    """
+    choice = effective_tool_choice(ctx)
+    cls = config.tool_parser
+    if choice == "none":
+        return (cls, True) if cls is not None and _engine_based(config) else (None, False)
+    if choice == "auto":
         # vLLM parses "auto" tool calls only with --enable-auto-tool-choice and a parser
-        if ctx.tools and config.tool_parser is not None and config.enable_auto_tool_choice:
-            return config.tool_parser
-        return None
-    return tool_parser_class(None, ctx)  # named / required → the forced parsers; none → None
+        if ctx.tools and cls is not None and config.enable_auto_tool_choice:
+            return cls, False
+        return None, False
+    if cls is not None and not cls.supports_required_and_named:
+        return (cls, False) if config.enable_auto_tool_choice else (None, False)
+    return tool_parser_class(None, ctx), False  # named / required → the forced parsers
 
 
 def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRequest | None,
@@ -120,12 +139,11 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         prompt_ends_reasoning=ends,
         prompt_opens_reasoning=opens,
     )
-    tool_cls = _tool_parser(config, ctx)
-    tool_calls_finish = tool_cls is not NamedToolChoiceParser  # OpenAI: a forced function ends "stop"
+    tool_cls, drop_calls = _tool_parser(config, ctx)
+    tool_calls_finish = not isinstance(effective_tool_choice(ctx), dict)  # OpenAI: a forced function ends "stop"
     harmony = harmony_for(config.tool_parser, config.reasoning_parser, config.enable_auto_tool_choice)
     if harmony is not None:  # gpt-oss: one harmony parser splits everything (session/parsers/harmony.py)
-        reasoning_cls, tool_cls = harmony, None
-        tool_calls_finish = not isinstance(effective_tool_choice(ctx), dict)
+        reasoning_cls, tool_cls, drop_calls = harmony, None, False
     needs_special = any(getattr(p, "needs_special_tokens", False) for p in (tool_cls, reasoning_cls) if p)
     return StreamSpec(
         table=table,
@@ -139,6 +157,7 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         include_reasoning=request.include_reasoning,
         parallel_tool_calls=ctx.parallel_tool_calls,
         tool_calls_finish=tool_calls_finish,
+        drop_tool_calls=drop_calls,
         prompt_tail=tuple(prompt_ids[-SEED_WINDOW:]),
     )
 

@@ -19,6 +19,9 @@ class ToolCallDelta:
     index: int
     name: str | None = None
     arguments: str = ""
+    # The call's id when the model wrote one (Kimi-K2's ``functions.NAME:IDX``), on the delta that
+    # carries the name; None: the derenderer makes one (``call_id_style``).
+    id: str | None = None
 
 
 @dataclass(slots=True)
@@ -56,6 +59,9 @@ class ReasoningParser(abc.ABC):
 
     name: ClassVar[str]
     needs_special_tokens: ClassVar[bool] = False
+    # True for the parsers vLLM 0.32 builds from its engine grammars (``vllm/parser/``): see
+    # ToolParser.engine_based.
+    engine_based: ClassVar[bool] = False
 
     def __init__(self, ctx: ParserContext) -> None:
         self.ctx = ctx
@@ -98,6 +104,15 @@ class ToolParser(abc.ABC):
 
     name: ClassVar[str]
     needs_special_tokens: ClassVar[bool] = False
+    # vLLM 0.32's two parser attributes that decide how ``tool_choice`` selects parsing
+    # (session/derender/spec.py ``_tool_parser``; docs/parsers.md):
+    # False: "required" and a named tool_choice are read in the model's own format, as "auto" is
+    # (vLLM does not constrain such a parser's output to JSON for them).
+    supports_required_and_named: ClassVar[bool] = True
+    # True: one of vLLM's engine-grammar parsers (``vllm/parser/``). When every configured parser is
+    # one, a request with tool_choice "none" (or without tools) is still read by the tool parser and
+    # its calls are dropped, so call markup never reaches the content.
+    engine_based: ClassVar[bool] = False
 
     def __init__(self, ctx: ParserContext) -> None:
         self.ctx = ctx
