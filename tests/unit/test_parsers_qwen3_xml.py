@@ -16,7 +16,11 @@ from hypothesis import strategies as st
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.base import ParsedDelta, ParserContext
 from session.parsers.errors import MalformedSnapshot
-from session.parsers.reasoning.qwen3 import Qwen3ReasoningParser, SeedOssReasoningParser, Step3p5ReasoningParser
+from session.parsers.reasoning.qwen3 import (
+    Qwen3ReasoningParser,
+    SeedOssReasoningParser,
+    Step3p5ReasoningParser,
+)
 from session.parsers.tool import HermesToolParser
 from session.parsers.tool.qwen3_xml import VALUE_CAP, MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParser
 from session.parsers.tool.schema_values import coerce, properties_of, value_types
@@ -131,8 +135,11 @@ VECTORS: list[tuple[str, ParserContext, str, Split]] = [
     ("parallel_tool_calls false keeps the first call", SERIAL, W + "\n" + call("get_weather", city="Rome"),
      Split(calls=(("get_weather", WJ),))),
     # cut short (finish_reason "length")
-    ("cut inside a string value: the streamed prefix stays (vLLM's stream)", CTX,
-     "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar", Split(calls=(("get_weather", '{"city": "Par'),))),
+    ("cut inside a string value: what streamed stays, closed", CTX,
+     "<tool_call>\n<function=get_weather>\n<parameter=city>\nPar\n", Split(calls=(("get_weather", '{"city": "Par"}'),))),
+    ("a string parameter still open at </function> is closed", CTX,
+     "<tool_call>\n<function=get_weather>\n<parameter=days>\n2\n</parameter>\n<parameter=city>\nParis\n</function>",
+     Split(calls=(("get_weather", '{"days": 2, "city": "Paris"}'),))),
     ("cut inside a typed value: it is dropped", CTX,
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n<parameter=days>\n12",
      Split(calls=(("get_weather", '{"city": "X"}'),))),
@@ -264,7 +271,7 @@ def test_reasoning_then_qwen3_xml_chained_streams_like_one_shot(text: str, data:
         deltas = []
         for chunk in [*chunks, None]:
             r = reasoning.feed(chunk) if chunk is not None else reasoning.finish()
-            t = tool.feed(r.content) if chunk is not None else tool.feed(r.content)
+            t = tool.feed(r.content)
             if chunk is None:
                 t.extend(tool.finish())
             deltas.append(ParsedDelta(reasoning=r.reasoning, content=t.content, tool_calls=t.tool_calls))

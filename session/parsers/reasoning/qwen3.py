@@ -37,6 +37,7 @@ WS_CAP = 64
 class Qwen3ReasoningParser(ThinkReasoningParser):
     name = "qwen3"
     needs_special_tokens = False
+    engine_based = True  # (vLLM 0.32's qwen3 engine grammar)
     tool_tag: ClassVar[str] = TOOL_CALL
     honours_enable_thinking: ClassVar[bool] = True
 

@@ -15,7 +15,8 @@ Qwen3.5 XML tool-call grammar, as vLLM 0.32's engine parser reads it (``vllm/par
   only, so a missing ``</function>`` makes the rest of the output that call's body;
 - each ``<parameter=KEY>`` (any whitespace inside the tag) opens a value that ends at
   ``</parameter>`` or at the next ``<parameter=``; one newline at each end of it is markup; text
-  outside parameters is ignored; a parameter still open at ``</function>`` is not a value;
+  outside parameters is ignored; a typed parameter still open at ``</function>`` (or at the end of
+  the output) is dropped, a string one keeps what streamed of it and is closed;
 - values convert by the tool's JSON schema (``schema_values``); arguments are
   ``json.dumps({key: value, …}, ensure_ascii=False)``;
 - ``</think>`` in content is dropped (the grammar's duplicate-end rule); content keeps its
@@ -132,6 +133,11 @@ class Qwen3XmlToolParser(StreamingToolParser):
     think_end: ClassVar[str] = "</think>"
     # One newline at each end of a value is template markup (MiMo's compact form keeps it).
     trim_newlines: ClassVar[bool] = True
+    # vLLM 0.32 reads this grammar for "required" and named tool_choice too (as "auto": structural
+    # tags constrain the model to its own format), and, being an engine grammar, for "none" and for
+    # requests without tools (the calls' markup leaves the content, no call is reported).
+    supports_required_and_named = False
+    engine_based = True
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
@@ -323,8 +329,10 @@ class Qwen3XmlToolParser(StreamingToolParser):
 
     def _end_call(self) -> None:
         """``</function>`` (or the end of the output) ends the body."""
-        sub = self._sub
-        if sub in ("g", "k") or (sub == "v" and self._kind == "h"):  # a value still open is dropped
+        sub, kind = self._sub, self._kind
+        if sub == "v" and kind == "s":  # a string value still open keeps what streamed, closed
+            self.add_args('"}')
+        elif sub in ("g", "k") or (sub == "v" and kind == "h"):  # a typed value still open is dropped
             self.add_args("}" if self._members else "{}")
         self._mode, self._sub, self._kind, self._key, self._raw, self._js = "between", "g", "", "", "", None
         self._fname, self._nl, self._vstarted, self._members = "", False, False, False
@@ -501,6 +509,7 @@ class SeedOssToolParser(Qwen3XmlToolParser):
     ``</seed:think>``); ``<function=…>`` and ``<parameter=…>`` are the same bytes."""
 
     name = "seed_oss"
+    supports_required_and_named = True  # (vLLM gives it no structural tag: forced JSON, as hermes)
     tool_start = "<seed:tool_call>"
     tool_end = "</seed:tool_call>"
     think_start = "<seed:think>"
