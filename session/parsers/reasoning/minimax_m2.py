@@ -85,6 +85,12 @@ class MiniMaxM2ReasoningParser(ReasoningParser):
         self._ws = text[cut:]
 
     def _process(self, text: str, final: bool) -> ParsedDelta:
+        if not self._buf and "<" not in text and not final:  # every marker starts with "<"
+            if self._mode == "content":
+                return ParsedDelta(content=text)
+            parts: list[str] = []
+            self._reasoning(parts, text)
+            return ParsedDelta(reasoning="".join(parts))
         buf, self._buf = self._buf + text, ""
         if self._mode == "content":
             return ParsedDelta(content=self._content(buf, final))
@@ -149,12 +155,14 @@ class MiniMaxM2AppendThinkReasoningParser(ReasoningParser):
         return ParsedDelta(content=THINK_START)
 
     def snapshot(self) -> dict[str, Any]:
-        return {"p": self.name, "s": self._opened}
+        return {"p": self.name, "m": "content", "s": self._opened}
 
     @classmethod
     def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name or not isinstance(snapshot.get("s"), bool):
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
             raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        if snapshot.get("m") != "content" or not isinstance(snapshot.get("s"), bool):
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot")
         parser = cls(ctx)
         parser._opened = snapshot["s"]
         return parser

@@ -28,7 +28,9 @@ only the text before the first call then. Where a stream cannot know that yet (d
 leading whitespace before the first non-space content is kept, text after a refused call is content.
 Other deliberate differences: an unclosed string value at ``</invoke>`` or at the end of the output
 keeps what was streamed and is closed (vLLM drops the parameter); a repeated parameter name is sent
-twice (``json.loads`` keeps the last one, as vLLM's dict does).
+twice (``json.loads`` keeps the last one, as vLLM's dict does); ``</think>`` in content stays (vLLM's
+grammar drops it; the reasoning parser in front drops it where vLLM's non-streaming answer does, and
+``minimax_m2_append_think`` keeps the think block whole in the content on purpose).
 
 With ``tool_choice: "none"`` and tools, calls are read but not reported and all other text is content
 (vLLM strips the call markup); with no tools every name is accepted and nothing reported (vLLM's
@@ -43,7 +45,7 @@ import re
 from typing import Any, ClassVar
 
 from ..base import ParserContext
-from .json_stream import escape_lone_surrogates
+from .json_stream import escape_lone_surrogates, is_plain
 from .streaming import StreamingToolParser
 
 # vLLM's terminals. The ``<``-literals are matched (longest first) wherever a ``<`` starts; ``">``,
@@ -88,7 +90,7 @@ def _dumps(value: Any) -> str:
 
 
 def _esc(text: str) -> str:
-    return _dumps(text)[1:-1]
+    return text if is_plain(text) else _dumps(text)[1:-1]
 
 
 def schema_types(schema: Any) -> set[str]:
@@ -329,6 +331,16 @@ class MinimaxM2ToolParser(StreamingToolParser):
 
     # -- lexing -----------------------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> None:
+        if not self._buf and "<" not in text and not final:  # no terminal can start here
+            if self._mode == "args":
+                if not self._scan:  # a call that is not reported: its arguments are not read
+                    return
+                if self._phase == "str" and not self._held:
+                    self.add_args(_esc(text))  # the common case: inside a streamed string value
+                    return
+            elif self._mode != "name":
+                self._text(text)
+                return
         buf, self._buf = self._buf + text, ""
         i, n = 0, len(buf)
         while i < n:
