@@ -236,6 +236,7 @@ RECORDED = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "parsers" /
 
 class _NoReasoning(ReasoningParser):
     name = "none"
+    engine_based = True  # (no reasoning parser: vLLM's _engine_based holds)
 
     def feed(self, text: str) -> ParsedDelta:
         return ParsedDelta(content=text)
@@ -264,9 +265,8 @@ def _chain(case: dict[str, Any], chunks: list[str]) -> Split:
                         parallel_tool_calls=req.get("parallel_tool_calls") is not False)
     name = case["flags"].get("reasoning_parser")
     rcls: type[ReasoningParser] = REASONING_PARSERS[name] if name else _NoReasoning
-    engine = getattr(rcls, "engine_grammar", True)
     tcls: type[ToolParser] | None = TOOL_PARSERS["minimax_m2"]
-    if not engine and (not ctx.tools or ctx.tool_choice == "none"):
+    if not rcls.engine_based and (not ctx.tools or ctx.tool_choice == "none"):
         tcls = None
     reasoning, tool = rcls(ctx), None if tcls is None else tcls(ctx)
     deltas: list[ParsedDelta] = []
@@ -397,6 +397,11 @@ def test_reasoning_restore_refuses_a_bad_snapshot(bad: Any) -> None:
         R.restore(CTX, bad)
     with pytest.raises(MalformedSnapshot):
         A.restore(CTX, {"p": "minimax_m2_append_think"})
+
+
+def test_vllms_parser_attributes() -> None:
+    assert P.engine_based and not P.supports_required_and_named and not P.needs_special_tokens
+    assert R.engine_based and not A.engine_based
 
 
 def test_registered_under_vllms_names() -> None:

@@ -21,7 +21,7 @@ as the template's prompt opened it).
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self
+from typing import Any, Self
 
 from ..base import ParsedDelta, ParserContext, ReasoningParser
 from ..errors import MalformedSnapshot
@@ -39,7 +39,7 @@ class MiniMaxM2ReasoningParser(ReasoningParser):
     needs_special_tokens = False
     # vLLM's minimax_m2 reasoning parser is the engine grammar itself (with it, vLLM also runs its
     # engine tool parser for tool_choice "none", to take the call markup out of the content).
-    engine_grammar: ClassVar[bool] = True
+    engine_based = True
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
@@ -128,7 +128,7 @@ class MiniMaxM2ReasoningParser(ReasoningParser):
 class MiniMaxM2AppendThinkReasoningParser(ReasoningParser):
     name = "minimax_m2_append_think"
     needs_special_tokens = False
-    engine_grammar: ClassVar[bool] = False
+    engine_based = False  # a plain reasoning parser in vLLM: with it, "none" reads no calls
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)

@@ -42,7 +42,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 from ..base import ParserContext
 from .json_stream import escape_lone_surrogates, is_plain
@@ -281,10 +281,11 @@ class MinimaxM2ToolParser(StreamingToolParser):
     name = "minimax_m2"
     needs_special_tokens = False
     initial_mode = "content"
-    # vLLM 0.32 runs this grammar for every tool_choice: "none" and requests without tools too (to
-    # take the call markup out of the content), "required" and named ones as "auto" (the model writes
-    # its own format under a structural tag; vLLM's supports_required_and_named is False for it).
-    parses_every_tool_choice: ClassVar[bool] = True
+    # vLLM 0.32's engine grammar: it also reads tool_choice "none" and requests without tools (the call
+    # markup leaves the content; calls are not reported), and "required" / named ones as "auto" (the
+    # model writes its own format under a structural tag: vLLM's supports_required_and_named is False).
+    engine_based = True
+    supports_required_and_named = False
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
