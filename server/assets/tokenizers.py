@@ -175,7 +175,7 @@ FAMILY_RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
                     # parsers look for: at ranks 32-35 after the deprecated 20 (<SPECIAL_n> fillers between)
                     added=_specials(*(f"<SPECIAL_{i}>" for i in range(20, 32)), "[ARGS]", "[CALL_ID]", "[THINK]",
                                     "[/THINK]")),
-    TokenizerRecipe("gemma-4", "google-gemma-4-31B-it.jinja", 262144, (1, 106),
+    TokenizerRecipe("gemma-4", "google-gemma-4-31B-it.jinja", 262144, (1, 106, 50),  # <|tool_response> too
                     {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
                      "mask_token": "<mask>", "add_bos_token": True, "add_eos_token": False,
                      "clean_up_tokenization_spaces": False, "padding_side": "left",

@@ -65,6 +65,7 @@ class Gemma4ReasoningParser(ReasoningParser):
 
     name = "gemma4"
     needs_special_tokens = True
+    engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/gemma4.py)
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)

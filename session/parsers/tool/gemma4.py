@@ -25,7 +25,7 @@ is decoded with special tokens kept. Differences from vLLM: /work/notes/docs-gem
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import Any
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
@@ -66,8 +66,10 @@ class Gemma4ToolParser(StreamingToolParser):
 
     name = "gemma4"
     needs_special_tokens = True
-    # vLLM reads "required" / named tool_choice with this parser too, and runs it for "none".
-    supports_required_and_named: ClassVar[bool] = False
+    # vLLM 0.32 builds it from its engine grammar (vllm/parser/gemma4.py): it reads "required" and a
+    # named tool_choice in Gemma's format, and the output of a "none" request (dropping the calls).
+    engine_based = True
+    supports_required_and_named = False
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
