@@ -18,6 +18,7 @@ from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot
 from session.parsers.base import ParsedDelta, ParserContext
 from session.parsers.reasoning.glm import GlmReasoningParser
 from session.parsers.tool.glm import GlmToolParser, coerce, normalized_types, schema_types
+from session.parsers.tool.json_stream import escape_lone_surrogates
 
 from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
@@ -93,6 +94,11 @@ TOOL_VECTORS: list[tuple[str, str, Split]] = [
     ("an empty key", c47("get_weather", (" ", "1")), Split(calls=(("get_weather", '{"": "1"}'),))),
     ("an unclosed call at the end counts", "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Paris</arg_value>",
      Split(calls=(PARIS,))),
+    ("a name longer than every tool name drops its call, pairs and all",
+     W + "<tool_call>" + "get_weather_and_more_than_any_tool" + "<arg_key>city</arg_key><arg_value>Rome</arg_value></tool_call>",
+     Split(calls=(PARIS,))),
+    ("whitespace-only content is dropped once a call was read, even a dropped one", "\n<tool_call>nope</tool_call>\n",
+     Split()),
     ("a name cut off at the end: a call if it is complete", "Hi <tool_call>ping", Split(content="Hi", calls=(("ping", "{}"),))),
     ("a name cut off at the end: dropped if it is not a tool", "Hi <tool_call>pin", Split(content="Hi ")),
     ("a key without its value is dropped", "<tool_call>get_weather<arg_key>city</tool_call>",
@@ -220,12 +226,13 @@ def test_chained_any_split_equals_one_shot(text: str, data: st.DataObject, ctx: 
                                 st.text(alphabet=st.characters(blacklist_characters="<"), max_size=12)), max_size=5))
 def test_well_formed_calls_give_vllms_arguments(pairs: list[tuple[str, str]]) -> None:
     """vLLM's converter on a well-formed call: json.dumps of {stripped key: value} (last value of a
-    repeated key), each value converted by the schema; here without repeated keys."""
+    repeated key), each value converted by the schema; here without repeated keys. (A lone surrogate
+    stays escaped: docs/parsers.md, "Arguments: canonical streaming".)"""
     seen: set[str] = set()
     pairs = [(k, v) for k, v in pairs if not (k.strip() in seen or seen.add(k.strip()))]  # type: ignore[func-returns-value]
     props = TOOLS[0]["function"]["parameters"]["properties"]
-    want = json.dumps({k.strip(): coerce(v, normalized_types(schema_types(props[k.strip()])))
-                       if k.strip() in props else v for k, v in pairs}, ensure_ascii=False)
+    want = escape_lone_surrogates(json.dumps({k.strip(): coerce(v, normalized_types(schema_types(props[k.strip()])))
+                                              if k.strip() in props else v for k, v in pairs}, ensure_ascii=False))
     for text in (c47("get_weather", *pairs), c46("get_weather", *pairs)):
         assert one_shot(T, text, CTX) == Split(calls=(("get_weather", want),))
 
@@ -235,7 +242,7 @@ def test_both_names_are_one_grammar_and_keep_special_tokens() -> None:
     assert TOOL_PARSERS["glm45"] is TOOL_PARSERS["glm47"] is T
     assert REASONING_PARSERS["glm45"] is REASONING_PARSERS["glm47"] is R
     assert T.needs_special_tokens and R.needs_special_tokens  # the tags are special tokens in GLM's tokenizer
-    assert T.supports_required_and_named is False and T.parses_choice_none is True
+    assert T.supports_required_and_named is False and T.engine_based and R.engine_based
 
 
 def test_tool_choice_none_drops_the_calls_as_vllm_does() -> None:

@@ -63,6 +63,7 @@ class GlmReasoningParser(ReasoningParser):
     name: ClassVar[str] = "glm45"
     # <think>, </think> and <tool_call> are special tokens in GLM's tokenizer
     needs_special_tokens: ClassVar[bool] = True
+    engine_based: ClassVar[bool] = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/glm47_moe.py)
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)

@@ -19,7 +19,8 @@ this parser reproduces for any split of the text:
   vLLM's ``coerce_to_schema_type`` converts it (``"5"`` → ``5`` for an integer, ``"{…}"`` parsed
   for an object, …; a string without a schema or a property);
 - content: with at least one call, the text before the first ``<tool_call>``, stripped (text
-  between and after calls is dropped); without any, all the text outside calls, as it is.
+  between and after calls is dropped); without any, all the text outside calls, as it is, unless
+  that is only whitespace and a ``<tool_call>`` was read (then none).
 
 Streaming: the name is announced at ``<arg_key>`` / ``</tool_call>``; a value that can only be a
 string streams as it is generated; a value the schema may convert is held until its
@@ -199,14 +200,16 @@ class GlmToolParser(StreamingToolParser):
     # vLLM reads GLM's own call format for ``required`` and named ``tool_choice`` too (its structural
     # tags constrain generation to that format), as for ``auto``.
     supports_required_and_named: ClassVar[bool] = False
-    # vLLM also runs this grammar for ``tool_choice: "none"`` (both its GLM parsers are engine
-    # parsers): the calls are dropped from the content and not reported (see ``_none``).
-    parses_choice_none: ClassVar[bool] = True
+    # vLLM 0.32 builds it from its engine grammar (vllm/parser/glm47_moe.py): with tool_choice
+    # "none" it still reads the output; this parser then reports no call (see ``_none``).
+    engine_based: ClassVar[bool] = True
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
         self._ws = ""  # trailing content whitespace not sent yet
         self._acc = False  # a call was accepted: content is over
+        self._seen = False  # a <tool_call> was read (vLLM: a tool slot exists)
+        self._sent = False  # content other than whitespace was sent
         self._fn = ""  # the name read so far (name mode), the accepted call's name (in a call)
         self._key = ""  # the pair's key (key / gap / val)
         self._gap = ""  # whitespace after </arg_key>
@@ -223,7 +226,7 @@ class GlmToolParser(StreamingToolParser):
 
     # -- state -------------------------------------------------------------------------------
     def _save(self) -> dict[str, Any]:
-        return {"w": self._ws, "a": self._acc, "f": self._fn, "k": self._key, "g": self._gap,
+        return {"w": self._ws, "a": self._acc, "c": self._seen, "s": self._sent, "f": self._fn, "k": self._key, "g": self._gap,
                 "t": self._kind, "v": self._val, "j": None if self._js is None else self._js.to_state(),
                 "1": self._first}
 
@@ -233,6 +236,7 @@ class GlmToolParser(StreamingToolParser):
         self._ws, self._fn, self._key = str(state["w"]), str(state["f"]), str(state["k"])
         self._gap, self._kind, self._val = str(state["g"]), str(state["t"]), str(state["v"])
         self._acc, self._first = bool(state["a"]), bool(state["1"])
+        self._seen, self._sent = bool(state["c"]), bool(state["s"])
         if self._kind not in ("", "s", "h", "j"):
             raise ValueError(self._kind)
         js = state["j"]
@@ -287,6 +291,7 @@ class GlmToolParser(StreamingToolParser):
             ws = self._ws + text
         else:
             self._content(self._ws + text[: len(text) - k])
+            self._sent = True
             ws = text[len(text) - k :]
         if len(ws) > WS_HOLD:
             self._content(ws[: len(ws) - WS_HOLD])
@@ -423,6 +428,9 @@ class GlmToolParser(StreamingToolParser):
                     self._finish_modes()
                 return
             self._mode_text(buf[i:pos])
+            if self._mode != mode:  # the text dropped the call or the pair: look again from the marker
+                i = pos
+                continue
             i = pos + len(marker)
             self._marker(marker)
 
@@ -454,6 +462,8 @@ class GlmToolParser(StreamingToolParser):
             self._end_call()
         elif marker == START:  # text / drop
             self._mode, self._fn = "name", ""
+            # (vLLM's tool_choice "none" with tools suppresses the calls before they make a slot)
+            self._seen = self._seen or not (self._none and self._tool_map())
         elif marker == KEY:
             if mode == "name" and not self._end_name():
                 self._mode = "skip"
@@ -466,9 +476,11 @@ class GlmToolParser(StreamingToolParser):
             self._mode = "seek"
 
     def _finish_modes(self) -> None:
-        """The output ended: an unclosed call counts; held whitespace is content if no call was."""
+        """The output ended: an unclosed call counts. Held whitespace is content if no call was
+        accepted, unless the content is only whitespace and a call was read (vLLM drops
+        whitespace-only content once a tool slot exists, accepted or not)."""
         if self._mode not in ("text", "drop"):
             self._end_call()
-        if not self._acc and self._ws:
+        if self._ws and not self._acc and (self._sent or not self._seen):
             self._content(self._ws)
         self._ws = ""
