@@ -101,6 +101,17 @@ def model_vocab_size(model_dir: Path) -> int | None:
     return None
 
 
+def model_architectures(model_dir: Path) -> tuple[str, ...]:
+    """The ``architectures`` of the model's ``config.json`` (empty without one): vLLM picks a model's
+    own prompt encoder from it (DeepSeek-V3.2's, session/render/deepseek_v32.py)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return ()
+    names = config.get("architectures") if isinstance(config, dict) else None
+    return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
+
+
 def build_context(settings: Settings, gating: Gating, *, engine: Engine | None = None) -> ServerContext:
     """Load the tokenizer and create (but not start) the engine this mode needs."""
     check_model_dir(settings.model_dir)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from starlette.requests import HTTPConnection
 
 from server import metrics
-from server.context import ServerContext, model_vocab_size
+from server.context import ServerContext, model_architectures, model_vocab_size
 from server.gating import RouteGroup
 from server.limits import Limiter
 from server.pipeline import Pipeline
@@ -79,7 +79,7 @@ def build_renderer(ctx: ServerContext) -> Renderer:
     renderer = Renderer(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
                         chat_template=s.chat_template, tool_call_parser=s.tool_call_parser,
                         enable_auto_tool_choice=s.enable_auto_tool_choice,
-                        vision=Vision.load(s.model_dir, ctx.tokenizer))
+                        vision=Vision.load(s.model_dir, ctx.tokenizer), architectures=model_architectures(s.model_dir))
     return metrics.time_methods(renderer, metrics.RENDER_SECONDS,  # type: ignore[no-any-return]
                                 ("render_chat", "render_completion", "render_messages"))
 

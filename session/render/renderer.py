@@ -16,16 +16,19 @@ schema); the assistant-token mask and token offsets when asked for.
 from __future__ import annotations
 
 import secrets
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from engine.protocol import GenerateRequest, MultiModalFeatures, SamplingParams
 from engine.structured import structured_outputs, unsupported_schema_feature
 from session.errors import ModelNotFound, RenderError
+from session.parsers import TOOL_PARSERS
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest, NamedToolChoice
 from session.render.anthropic import to_openai_chat
 from session.render.conversation import conversation_of, developer_as_system, tool_dicts_of
+from session.render.deepseek_v32 import DeepSeekV32Encoder, function_dicts, uses_encoder
 from session.render.encoder import Encoder, assistant_mask
 from session.render.images import ImageRef
 from session.render.limits import FittedPrompt, check_text_length, fit_mask, fit_prompt
@@ -86,7 +89,7 @@ class Renderer:
     def __init__(self, tokenizer: Any, *, model_name: str, max_model_len: int,
                  chat_template: str | None = None, tool_call_parser: str | None = None,
                  enable_auto_tool_choice: bool = False, trust_request_chat_template: bool = False,
-                 vision: Vision | None = None) -> None:
+                 vision: Vision | None = None, architectures: Sequence[str] = ()) -> None:
         if max_model_len < 1:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
         self.tokenizer = tokenizer
@@ -96,6 +99,9 @@ class Renderer:
         self.enable_auto_tool_choice = enable_auto_tool_choice
         self.trust_request_chat_template = trust_request_chat_template
         self.vision = vision  # the model's image side (None: the model takes no images)
+        # The model's own prompt encoder instead of a chat template, exactly where vLLM 0.32 uses one
+        # (DeepSeek-V3.2: config.json's architecture selects its tokenizer mode and renderer).
+        self.chat_encoder = DeepSeekV32Encoder() if uses_encoder(architectures) else None
         self.encoder = Encoder(tokenizer)
         self.max_chars_per_token = self.encoder.max_chars_per_token
         try:
@@ -122,23 +128,36 @@ class Renderer:
         if req.use_beam_search:
             raise RenderError(BEAM_SEARCH, param="use_beam_search")
         self._check_tool_choice(req, names)
-        template = self._template_for(req)
-        tools = tool_dicts_of(req.tools) if req.tools else None
+        chat_encoder = self.chat_encoder
+        template: ChatTemplate | None = None
+        if chat_encoder is None:
+            template = self._template_for(req)
+            content_format = template.content_format
+        else:
+            self._requested_template(req)  # refused when untrusted, as vLLM does; the encoder ignores it
+            content_format = chat_encoder.content_format
         images: list[ImageRef] = []
-        conversation = conversation_of(req.messages, template.content_format, images=images,
+        conversation = conversation_of(req.messages, content_format, images=images,
                                        placeholder=self.vision.placeholder if self.vision else "")
-        conversation = developer_as_system(conversation, template.source)
+        if template is not None:
+            conversation = developer_as_system(conversation, template.source)
         if images:
             if self.vision is None:
                 raise RenderError(f"The model `{self.model_name}` does not accept images; send text only.",
                                   param=images[0].param)
             self.vision.check_count(images)
-        want_mask = req.return_assistant_tokens_mask and template.marks_generation
-        rendered = template.render(
-            conversation, tools=tools, documents=req.documents,
-            add_generation_prompt=req.add_generation_prompt,
-            continue_final_message=req.continue_final_message, track_generation=want_mask,
-            kwargs=template.template_kwargs(self._chat_kwargs(req)))
+        if template is None:  # the model's encoder: no template, no generation marks (as vLLM)
+            assert chat_encoder is not None
+            want_mask = False
+            rendered = chat_encoder.render(conversation, req.messages, function_dicts(req.tools) if req.tools else None,
+                                           self._chat_kwargs(req))
+        else:
+            want_mask = req.return_assistant_tokens_mask and template.marks_generation
+            rendered = template.render(
+                conversation, tools=tool_dicts_of(req.tools) if req.tools else None, documents=req.documents,
+                add_generation_prompt=req.add_generation_prompt,
+                continue_final_message=req.continue_final_message, track_generation=want_mask,
+                kwargs=template.template_kwargs(self._chat_kwargs(req)))
         check_text_length(len(rendered.text), max_model_len=self.max_model_len,
                           requested_max_tokens=req.requested_max_tokens,
                           truncate_prompt_tokens=req.truncate_prompt_tokens,
@@ -242,13 +261,18 @@ class Renderer:
                 kwargs["enable_thinking"] = req.reasoning_effort != "none"
         return kwargs
 
-    def _template_for(self, req: ChatCompletionRequest) -> ChatTemplate:
+    def _requested_template(self, req: ChatCompletionRequest) -> str | None:
+        """The request's own chat template, refused unless request templates are trusted."""
         requested = req.chat_template
         if requested is None and req.chat_template_kwargs:
             requested = req.chat_template_kwargs.get("chat_template")
+        if requested is not None and not self.trust_request_chat_template:
+            raise RenderError(UNTRUSTED_TEMPLATE, param="chat_template")
+        return requested
+
+    def _template_for(self, req: ChatCompletionRequest) -> ChatTemplate:
+        requested = self._requested_template(req)
         if requested is not None:
-            if not self.trust_request_chat_template:
-                raise RenderError(UNTRUSTED_TEMPLATE, param="chat_template")
             return self._compiled(requested)
         source = self._default_source
         if source is None:
@@ -292,7 +316,10 @@ class Renderer:
         if self.tool_call_parser is not None and req.has_active_tools:
             # tool-call markup is made of special tokens in most formats: keep them for the parser
             skip = False
-            schema = _tool_choice_schema(req)
+            # vLLM constrains "required" / named calls to JSON only for a parser that reads them as
+            # JSON; one that reads them in the model's own format gets the output unconstrained
+            parser = TOOL_PARSERS.get(self.tool_call_parser)
+            schema = _tool_choice_schema(req) if parser is None or parser.supports_required_and_named else None
             if schema is not None:
                 _check_tool_schemas(req, names)
                 structured = structured_outputs(json=schema)

@@ -163,6 +163,9 @@ class DeepSeekV32ToolParser(StreamingToolParser):
 
     name = "deepseek_v32"
     needs_special_tokens = False
+    engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/deepseek_v32.py)
+    # vLLM reads "required" / named tool_choice output in DSML too (a structural tag constrains it)
+    supports_required_and_named = False
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
