@@ -40,6 +40,7 @@ CTX = ParserContext(tools=TOOLS)
 NONE_CTX = ParserContext(tools=TOOLS, tool_choice="none")
 NO_TOOLS = ParserContext()
 SERIAL = ParserContext(tools=TOOLS, parallel_tool_calls=False)
+THINKING = ParserContext(tools=TOOLS, prompt_opens_reasoning=True)  # (a reasoning parser read the prompt)
 
 
 def call(name: str, /, **params: str) -> str:
@@ -106,6 +107,9 @@ VECTORS: list[tuple[str, ParserContext, str, Split]] = [
     ("whitespace inside the parameter tags; a name keeps its trailing spaces", CTX,
      "<tool_call>\n<function=get_weather>\n<parameter= city >\nX\n</parameter>\n<  parameter  =  days>\n4\n"
      "<  /  parameter  >\n</function>\n</tool_call>", Split(calls=(("get_weather", '{"city ": "X", "days": 4}'),))),
+    ("</function> inside a parameter name ends the call there", CTX,
+     "<function=get_weather><parameter=days>1</parameter><parameter=b</function><parameter=c>z</parameter>",
+     Split(calls=(("get_weather", '{"days": 1}'),))),
     ("an empty parameter name", CTX, "<tool_call>\n<function=get_weather>\n<parameter=>\nX\n</parameter>\n</function>",
      Split(calls=(("get_weather", '{"": "X"}'),))),
     ("the function name is stripped", CTX,
@@ -125,8 +129,10 @@ VECTORS: list[tuple[str, ParserContext, str, Split]] = [
      "<tool_call>\n<function=get_weather>\n<parameter=city>\nX\n</parameter>\n</tool_call>\n<tool_call>\n"
      "<function=other>\n<parameter=days>\n5\n</parameter>\n</function>\n</tool_call>",
      Split(calls=(("get_weather", '{"city": "X", "days": 5}'),))),
-    ("</think> in content is dropped; inside a value it is kept", CTX,
+    ("</think> in content is dropped when a reasoning parser read the prompt; inside a value it is kept", THINKING,
      call("get_weather", city="a</think>b") + "x</think>y", Split(content="xy", calls=(("get_weather", '{"city": "a</think>b"}'),))),
+    ("without a reasoning parser </think> in content is text", CTX, call("get_weather", city="a") + "x</think>y",
+     Split(content="x</think>y", calls=(("get_weather", '{"city": "a"}'),))),
     ("a marker-like text that is not a marker", CTX, "a <tool_cal> b <function c", Split(content="a <tool_cal> b <function c")),
     ("a partial marker at the end is content", CTX, "Use <tool_c", Split(content="Use <tool_c")),
     ("objects and arrays are re-serialized", CTX,
@@ -253,7 +259,8 @@ texts = st.lists(st.sampled_from(FRAGMENTS), max_size=50).map("".join)
 
 
 @pytest.mark.parametrize("cls", [Qwen3XmlToolParser, SeedOssToolParser, MiMoToolParser], ids=lambda c: c.name)
-@pytest.mark.parametrize("ctx", [CTX, NONE_CTX, NO_TOOLS, SERIAL], ids=["auto", "none", "no-tools", "serial"])
+@pytest.mark.parametrize("ctx", [CTX, NONE_CTX, NO_TOOLS, SERIAL, THINKING], ids=["auto", "none", "no-tools", "serial",
+                                                                     "thinking"])
 @settings(max_examples=200, deadline=None)
 @given(text=texts, data=st.data())
 def test_any_split_with_state_round_trips_equals_one_shot(cls: type[Qwen3XmlToolParser], ctx: ParserContext,
@@ -290,7 +297,9 @@ SEED_CALL = ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</p
 
 @pytest.mark.parametrize(("text", "expected"), [
     (SEED_CALL, Split(calls=(("get_weather", '{"city": "Paris", "days": 3}'),))),
-    ("Checking.\n" + SEED_CALL + "</seed:think>", Split(content="Checking.\n", calls=(("get_weather", '{"city": "Paris", '
+    ("Checking.\n" + SEED_CALL + "</seed:think>x", Split(content="Checking.\nx", calls=(("get_weather", '{"city": "Paris", '
+                                                                                        '"days": 3}'),))),
+    ("Checking.\n" + SEED_CALL, Split(content="Checking.\n", calls=(("get_weather", '{"city": "Paris", '
                                                                                       '"days": 3}'),))),
     # Qwen's <tool_call> is text for Seed-OSS, but a bare <function=…> is a call in both
     (W, Split(content="<tool_call>\n", calls=(("get_weather", WJ),))),
@@ -298,7 +307,7 @@ SEED_CALL = ("<seed:tool_call>\n<function=get_weather>\n<parameter=city>Paris</p
 ])
 def test_seed_oss(text: str, expected: Split) -> None:
     for chunks in random_splits(text, seed=3):
-        assert streamed(SeedOssToolParser, chunks, CTX) == expected
+        assert streamed(SeedOssToolParser, chunks, THINKING) == expected
 
 
 def test_mimo_keeps_the_newlines_of_values() -> None:
@@ -352,7 +361,7 @@ def test_qwen3_call_inside_think_then_the_tool_parser() -> None:
     """Qwen3.5 may call a tool inside its think block: reasoning ends at <tool_call>, the call is
     parsed, the stray </think> after it is dropped from content."""
     text = "<think>\nplan\n" + W + "\n</think>\n\nok"
-    reasoning, tool = Qwen3ReasoningParser(CTX), P(CTX)
+    reasoning, tool = Qwen3ReasoningParser(THINKING), P(THINKING)
     r = reasoning.feed(text)
     r.extend(reasoning.finish())
     t = tool.feed(r.content)

@@ -19,7 +19,8 @@ Qwen3.5 XML tool-call grammar, as vLLM 0.32's engine parser reads it (``vllm/par
   the output) is dropped, a string one keeps what streamed of it and is closed;
 - values convert by the tool's JSON schema (``schema_values``); arguments are
   ``json.dumps({key: value, …}, ensure_ascii=False)``;
-- ``</think>`` in content is dropped (the grammar's duplicate-end rule); content keeps its
+- ``</think>`` in content is dropped (the grammar's duplicate-end rule) when a reasoning parser
+  read the prompt (vLLM keeps it when no reasoning parser is configured); content keeps its
   leading whitespace once non-whitespace follows, whitespace-only content before a call is
   dropped, and after a call whitespace is dropped until the first non-whitespace character — as
   vLLM streams content; text after and between calls is content, as vLLM streams it.
@@ -146,6 +147,11 @@ class Qwen3XmlToolParser(StreamingToolParser):
         # and "none", vLLM suppresses the calls before they make a slot, so they do not end the
         # leading whitespace of the content.
         self._report = choice != "none"
+        # vLLM drops a </think> in content when a reasoning parser is configured (the grammar's
+        # duplicate-end rule) and keeps it when none is (its reasoning markup is then plain text).
+        # The prompt flags are set only when a reasoning parser runs: they stand for "configured".
+        drop_think = ctx.prompt_opens_reasoning or ctx.prompt_ends_reasoning
+        self._text_markers = (self.tool_start, FUNC, self.think_end) if drop_think else (self.tool_start, FUNC)
         self._slots = self._report or not ctx.tools
         self._ws = 0  # content: 0 nothing but whitespace yet, 1 the same after a call began, 2 text seen
         self._wsbuf = ""  # leading whitespace held while _ws == 0
@@ -212,7 +218,7 @@ class Qwen3XmlToolParser(StreamingToolParser):
             self._end_of_output()
 
     def _text(self, buf: str, i: int, final: bool) -> int:
-        markers = (self.tool_start, FUNC, self.think_end)
+        markers = self._text_markers
         n = len(buf)
         while True:
             pos, marker = find_first(buf, markers, i)
@@ -355,8 +361,8 @@ class Qwen3XmlToolParser(StreamingToolParser):
             sub = self._sub
             if sub == "k":
                 i = self._key_text(buf, i, final)
-                if i < 0:
-                    return -1
+                if i < 0 or self._mode != "args":  # (</function> inside the name ended the call)
+                    return i
                 continue
             lt = buf.find("<", i)
             if sub == "v":
