@@ -135,7 +135,7 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         tools=tuple(t.model_dump(mode="json", exclude_none=True) for t in request.tools or ()),
         tool_choice=choice_value,
         parallel_tool_calls=request.parallel_tool_calls is not False,
-        chat_template_kwargs=dict(request.chat_template_kwargs or {}),
+        chat_template_kwargs=request.template_kwargs(),  # what the template saw (the render's merge)
         prompt_ends_reasoning=ends,
         prompt_opens_reasoning=opens,
     )

@@ -268,6 +268,21 @@ class ChatCompletionRequest(_SamplingFields):
         """``max_completion_tokens`` when given, else the deprecated ``max_tokens``."""
         return self.max_completion_tokens if self.max_completion_tokens is not None else self.max_tokens
 
+    def template_kwargs(self) -> dict[str, Any]:
+        """vLLM's merge of what the chat template (and the parsers) see: ``chat_template_kwargs``
+        with ``None`` / ``"auto"`` values dropped, then the request's own fields on top
+        (``documents``; ``reasoning_effort``, which also sets ``enable_thinking`` unless the client
+        did: anything but ``"none"`` turns thinking on)."""
+        user = self.chat_template_kwargs or {}
+        kwargs = {k: v for k, v in user.items() if v is not None and v != "auto"}
+        if self.documents is not None:
+            kwargs["documents"] = self.documents
+        if self.reasoning_effort is not None:
+            kwargs["reasoning_effort"] = self.reasoning_effort
+            if "enable_thinking" not in user:
+                kwargs["enable_thinking"] = self.reasoning_effort != "none"
+        return kwargs
+
     @property
     def has_active_tools(self) -> bool:
         return bool(self.tools) and self.tool_choice != "none"

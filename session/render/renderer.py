@@ -150,14 +150,14 @@ class Renderer:
             assert chat_encoder is not None
             want_mask = False
             rendered = chat_encoder.render(conversation, req.messages, function_dicts(req.tools) if req.tools else None,
-                                           self._chat_kwargs(req))
+                                           req.template_kwargs())
         else:
             want_mask = req.return_assistant_tokens_mask and template.marks_generation
             rendered = template.render(
                 conversation, tools=tool_dicts_of(req.tools) if req.tools else None, documents=req.documents,
                 add_generation_prompt=req.add_generation_prompt,
                 continue_final_message=req.continue_final_message, track_generation=want_mask,
-                kwargs=template.template_kwargs(self._chat_kwargs(req)))
+                kwargs=template.template_kwargs(req.template_kwargs()))
         check_text_length(len(rendered.text), max_model_len=self.max_model_len,
                           requested_max_tokens=req.requested_max_tokens,
                           truncate_prompt_tokens=req.truncate_prompt_tokens,
@@ -247,19 +247,6 @@ class Renderer:
                               param="tool_choice")
         if choice == "auto" and not self.enable_auto_tool_choice:
             raise RenderError(AUTO_TOOL_CHOICE, param="tool_choice")
-
-    def _chat_kwargs(self, req: ChatCompletionRequest) -> dict[str, Any]:
-        """vLLM's merge: the request's chat_template_kwargs (``None`` / ``"auto"`` values dropped),
-        then the request's own fields on top."""
-        user = req.chat_template_kwargs or {}
-        kwargs = {k: v for k, v in user.items() if v is not None and v != "auto"}
-        if req.documents is not None:
-            kwargs["documents"] = req.documents
-        if req.reasoning_effort is not None:
-            kwargs["reasoning_effort"] = req.reasoning_effort
-            if "enable_thinking" not in user:
-                kwargs["enable_thinking"] = req.reasoning_effort != "none"
-        return kwargs
 
     def _requested_template(self, req: ChatCompletionRequest) -> str | None:
         """The request's own chat template, refused unless request templates are trusted."""
