@@ -138,6 +138,7 @@ def chat_spec(table: TokenTable, config: ParserConfig, request: ChatCompletionRe
         chat_template_kwargs=request.template_kwargs(),  # what the template saw (the render's merge)
         prompt_ends_reasoning=ends,
         prompt_opens_reasoning=opens,
+        reasoning_configured=reasoning_cls is not None,
     )
     tool_cls, drop_calls = _tool_parser(config, ctx)
     tool_calls_finish = not isinstance(effective_tool_choice(ctx), dict)  # OpenAI: a forced function ends "stop"

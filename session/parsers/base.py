@@ -51,6 +51,9 @@ class ParserContext:
     prompt_ends_reasoning: bool = False
     # Whether the prompt opened the reasoning section (e.g. the template emitted "<think>\n").
     prompt_opens_reasoning: bool = False
+    # Whether a reasoning parser runs before the tool parser (vLLM's grammars read reasoning markup
+    # left in the content differently with and without one).
+    reasoning_configured: bool = False
 
 
 class ReasoningParser(abc.ABC):

@@ -40,7 +40,7 @@ CTX = ParserContext(tools=TOOLS)
 NONE_CTX = ParserContext(tools=TOOLS, tool_choice="none")
 NO_TOOLS = ParserContext()
 SERIAL = ParserContext(tools=TOOLS, parallel_tool_calls=False)
-THINKING = ParserContext(tools=TOOLS, prompt_opens_reasoning=True)  # (a reasoning parser read the prompt)
+THINKING = ParserContext(tools=TOOLS, prompt_opens_reasoning=True, reasoning_configured=True)  # a reasoning parser runs
 
 
 def call(name: str, /, **params: str) -> str:

@@ -20,7 +20,7 @@ Qwen3.5 XML tool-call grammar, as vLLM 0.32's engine parser reads it (``vllm/par
 - values convert by the tool's JSON schema (``schema_values``); arguments are
   ``json.dumps({key: value, …}, ensure_ascii=False)``;
 - ``</think>`` in content is dropped (the grammar's duplicate-end rule) when a reasoning parser
-  read the prompt (vLLM keeps it when no reasoning parser is configured); content keeps its
+  is configured (vLLM keeps it when no reasoning parser is configured); content keeps its
   leading whitespace once non-whitespace follows, whitespace-only content before a call is
   dropped, and after a call whitespace is dropped until the first non-whitespace character — as
   vLLM streams content; text after and between calls is content, as vLLM streams it.
@@ -149,8 +149,7 @@ class Qwen3XmlToolParser(StreamingToolParser):
         self._report = choice != "none"
         # vLLM drops a </think> in content when a reasoning parser is configured (the grammar's
         # duplicate-end rule) and keeps it when none is (its reasoning markup is then plain text).
-        # The prompt flags are set only when a reasoning parser runs: they stand for "configured".
-        drop_think = ctx.prompt_opens_reasoning or ctx.prompt_ends_reasoning
+        drop_think = ctx.reasoning_configured
         self._text_markers = (self.tool_start, FUNC, self.think_end) if drop_think else (self.tool_start, FUNC)
         self._slots = self._report or not ctx.tools
         self._ws = 0  # content: 0 nothing but whitespace yet, 1 the same after a call began, 2 text seen
