@@ -54,8 +54,10 @@ def _start(text: str, final: bool) -> bool | None:
     rest = text[k:]
     if not rest:
         return (text == THOUGHT) if final else None
+    if k and rest.startswith(CHANNEL_END):
+        return True
     if k and CHANNEL_END.startswith(rest):
-        return True if rest == CHANNEL_END else (False if final else None)
+        return False if final else None
     return False
 
 
