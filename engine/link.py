@@ -18,6 +18,7 @@ from typing import Any
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
+from engine.access import EngineIds, auth_headers, key_refused
 from engine.errors import (
     EngineError,
     EngineOverloaded,
@@ -40,8 +41,10 @@ _LOGPROBS = TypeAdapter(list[TokenLogprob])
 
 class LinkEngine(Engine):
     def __init__(self, url: str, *, model_name: str, max_model_len: int, connect_timeout: float = 5.0,
-                 max_links: int = 64) -> None:
+                 max_links: int = 64, api_key: str | None = None) -> None:
         self.url = url.rstrip("/")
+        self.api_key = api_key  # --engine-api-key: a bearer token on every link's upgrade
+        self._ids = EngineIds()  # the engine request ids (a client's own id never reaches the engine)
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.connect_timeout = connect_timeout
@@ -70,7 +73,7 @@ class LinkEngine(Engine):
 
         async def start() -> Outbox:
             link = await self._link()
-            call = link.start(request)
+            call = link.start(request, self._ids.new())
             sent.append((link, call))
             await link.send(call.frame)
             return call.outbox
@@ -121,7 +124,7 @@ class LinkEngine(Engine):
                 async with self._opening:
                     if any(link.has_room for link in self._links if not link.closed):
                         continue
-                    link = await _Link.open(self.url, self.connect_timeout)
+                    link = await _Link.open(self.url, self.connect_timeout, self.api_key)
                     self._links.append(link)
                     return link
             self._room.clear()
@@ -131,14 +134,15 @@ class LinkEngine(Engine):
 class _Call:
     """One request in flight on a link."""
 
-    __slots__ = ("completion", "done_choices", "frame", "held", "id", "n", "outbox", "prompt_tokens",
-                 "request_id")
+    __slots__ = ("completion", "done_choices", "engine_id", "frame", "held", "id", "n", "outbox",
+                 "prompt_tokens", "request_id")
 
-    def __init__(self, call_id: str, request: GenerateRequest) -> None:
+    def __init__(self, call_id: str, request: GenerateRequest, engine_id: str) -> None:
         self.id = call_id
-        self.request_id = request.request_id or secrets.token_hex(8)
+        self.request_id = request.request_id or secrets.token_hex(8)  # this front end's id (outputs, abort)
+        self.engine_id = engine_id  # the id the engine knows it by (engine/access.py)
         body = request.to_wire()
-        body["request_id"] = self.request_id
+        body["request_id"] = engine_id
         self.frame = orjson.dumps({"type": "generate", "id": call_id, "body": body}).decode()
         self.n = request.sampling_params.n
         self.prompt_tokens = len(request.token_ids)
@@ -188,15 +192,24 @@ class _Link:
         self._reader = asyncio.get_running_loop().create_task(self._read(), name=f"engine link {url}")
 
     @classmethod
-    async def open(cls, url: str, timeout: float) -> _Link:
+    async def open(cls, url: str, timeout: float, api_key: str | None = None) -> _Link:
         from websockets.asyncio.client import connect
-        from websockets.exceptions import WebSocketException
+        from websockets.exceptions import InvalidStatus, WebSocketException
 
         try:
             ws = await asyncio.wait_for(connect(url + SESSION_PATH, subprotocols=list(SUBPROTOCOLS),  # type: ignore[arg-type]
                                                 max_size=MAX_MESSAGE_BYTES, open_timeout=timeout,
-                                                compression=None, ping_interval=20, ping_timeout=20),
+                                                compression=None, ping_interval=20, ping_timeout=20,
+                                                additional_headers=auth_headers(api_key)),
                                         timeout)
+        except InvalidStatus as exc:
+            status = exc.response.status_code
+            if status in (401, 403):
+                err = key_refused(status, key_sent=bool(api_key))
+                log.warning("engine link %s: %s", url, err.message)
+                raise err from None
+            log.warning("engine link %s: cannot connect: the engine answered the upgrade with HTTP %s", url, status)
+            raise EngineUnavailable("Cannot reach the remote engine (connection failed).") from None
         except (OSError, TimeoutError, WebSocketException) as exc:
             log.warning("engine link %s: cannot connect: %s", url, type(exc).__name__)
             raise EngineUnavailable("Cannot reach the remote engine (connection failed).") from None
@@ -220,9 +233,9 @@ class _Link:
     def has_room(self) -> bool:
         return not self.closed and len(self.calls) < self.max_in_flight
 
-    def start(self, request: GenerateRequest) -> _Call:
+    def start(self, request: GenerateRequest, engine_id: str) -> _Call:
         self._next += 1
-        call = self.calls[str(self._next)] = _Call(str(self._next), request)
+        call = self.calls[str(self._next)] = _Call(str(self._next), request, engine_id)
         return call
 
     def forget(self, call: _Call) -> None:

@@ -16,6 +16,7 @@ import httpx
 import orjson
 from pydantic import ValidationError
 
+from engine.access import EngineIds, auth_headers, key_refused
 from engine.errors import (
     EngineError,
     EngineOverloaded,
@@ -39,8 +40,9 @@ _E = TypeVar("_E", bound=EngineError)
 class RemoteEngine(Engine):
     def __init__(self, base_url: str, *, model_name: str, max_model_len: int, connect_timeout: float = 5.0,
                  read_timeout: float = 300.0, abort_timeout: float = 5.0, max_connections: int = 1024,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, api_key: str | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.api_key = api_key  # --engine-api-key: a bearer token on every request to the engine
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.connect_timeout = connect_timeout
@@ -50,7 +52,8 @@ class RemoteEngine(Engine):
         self._transport = transport
         self._client: httpx.AsyncClient | None = None
         self._abort_path: str | None = None
-        self._in_flight: dict[str, int] = {}
+        self._ids = EngineIds()  # the engine request ids (a client's own id never reaches the engine)
+        self._in_flight: dict[str, set[str]] = {}  # this front end's request id -> its engine ids in flight
         self._closing = False
 
     # --- lifecycle -------------------------------------------------------------------------
@@ -71,7 +74,8 @@ class RemoteEngine(Engine):
             timeout = httpx.Timeout(connect=self.connect_timeout, read=self.read_timeout,
                                     write=self.connect_timeout, pool=self.read_timeout)
             self._client = httpx.AsyncClient(base_url=self.base_url, timeout=timeout, limits=self._limits,
-                                             transport=self._transport, trust_env=False)
+                                             transport=self._transport, trust_env=False,
+                                             headers=auth_headers(self.api_key))
         return self._client
 
     # --- the Engine interface --------------------------------------------------------------
@@ -79,14 +83,15 @@ class RemoteEngine(Engine):
         return IteratorStream(self._generate(request))
 
     async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
-        rid = request.request_id or secrets.token_hex(8)
+        rid = request.request_id or secrets.token_hex(8)  # this front end's id: the outputs carry it
+        wire = self._ids.new()  # the engine's id for it (engine/access.py)
         body = request.to_wire()
-        body.update(request_id=rid, stream=True,
+        body.update(request_id=wire, stream=True,
                     stream_options={**(body.get("stream_options") or {}), "include_usage": True})
         body["sampling_params"]["output_kind"] = 1  # DELTA: each event carries that step's new tokens
         n = request.sampling_params.n
         started = finished = False
-        self._in_flight[rid] = self._in_flight.get(rid, 0) + 1
+        self._in_flight.setdefault(rid, set()).add(wire)
         try:
             async with self._call("POST", GENERATE_PATH, body) as response:
                 await self._check_status(response)
@@ -102,17 +107,17 @@ class RemoteEngine(Engine):
                 if not finished:
                     raise EngineUnavailable("The remote engine ended the stream before the request finished.")
         finally:
-            left = self._in_flight.get(rid, 1) - 1
-            if left:
-                self._in_flight[rid] = left
-            else:
+            left = self._in_flight.get(rid, set())
+            left.discard(wire)
+            if not left:
                 self._in_flight.pop(rid, None)
             if started and not finished:
-                await self._abort_quietly([rid])
+                await self._abort_quietly([wire])
 
     async def abort(self, request_ids: Sequence[str]) -> None:
-        if request_ids:
-            await self._abort_quietly(list(request_ids))
+        wires = [w for rid in request_ids for w in self._in_flight.get(rid, ())]
+        if wires:
+            await self._abort_quietly(wires)
 
     async def health(self) -> EngineHealth:
         stats = {"url": self.base_url, "in_flight": self.live_sequences()}
@@ -126,7 +131,7 @@ class RemoteEngine(Engine):
 
     def live_sequences(self) -> int:
         """Requests this client has in flight at the remote."""
-        return sum(self._in_flight.values())
+        return sum(len(wires) for wires in self._in_flight.values())
 
     # --- HTTP ------------------------------------------------------------------------------
     def _call(self, method: str, path: str, body: dict[str, Any]) -> _Call:
@@ -138,6 +143,8 @@ class RemoteEngine(Engine):
             return
         body = await self._read(response, limit=65536)
         message = _error_message(body)
+        if status in (401, 403):
+            raise self._logged(key_refused(status, key_sent=bool(self.api_key)))
         if status == 400:
             raise InvalidGenerateRequest(message or "The remote engine rejected the request.",
                                          param=_error_param(body))
@@ -189,6 +196,8 @@ class RemoteEngine(Engine):
                 except httpx.HTTPError as exc:
                     log.warning("abort at %s failed: %s", self.base_url, _describe(exc))
                     return
+                if r.status_code in (401, 403):
+                    self._logged(key_refused(r.status_code, key_sent=bool(self.api_key)))
                 if r.status_code != 404:
                     self._abort_path = path
                     return

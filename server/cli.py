@@ -18,6 +18,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 
+from engine.access import KEY_ENV as ENGINE_KEY_ENV
+from engine.access import check_key
 from engine.local.omp import prefer_passive_wait
 from engine.local.threads import PLAN_ENV, resolve_plan
 from server.assets import ensure_default_model
@@ -47,6 +49,7 @@ line and exits with status 2."""
 ENVIRONMENT = """\
 environment:
   TOKENWIRE_API_KEY                     an API key to require (as --api-key)
+  TOKENWIRE_ENGINE_API_KEY              the key to send to the --engine-url engine (as --engine-api-key)
   TOKENWIRE_STATE_SECRET                the derender state secret (as --state-secret)
   TOKENWIRE_STATE_SECRET_PREVIOUS       the previous state secret while rotating (as a second --state-secret)
   TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS  0 or 1 (alias VLLM_ENABLE_SCALE_OUT_ENDPOINTS; 1 as --enable-scale-out)
@@ -135,6 +138,10 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                         "engine step: the cheaper link)"
                    if render else "URL of a remote tokens-only engine to use instead of the local one "
                         "(http:// for vLLM's HTTP API, ws:// for a tokenwire engine's multiplexed link)")
+    p.add_argument("--engine-api-key", default=None, metavar="KEY",
+                   help="the key this server sends to its --engine-url engine (`Authorization: Bearer KEY` on "
+                        "ws:// links and http:// requests): one of the engine's --api-key values (env "
+                        "TOKENWIRE_ENGINE_API_KEY; default: none, for an engine that runs without a key)")
     p.add_argument("--engine-timeout", type=_number(0, strict=True), default=300.0,
                    help="seconds a remote engine (--engine-url) may go without answering before the request "
                         "fails with 504 (default 300)")
@@ -301,6 +308,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         previous_state_secret=previous,
         engine_url=args.engine_url,
         engine_timeout=args.engine_timeout,
+        engine_api_key=engine_api_key(args, environ),
         enable_scale_out=args.enable_scale_out,
         log_level=args.log_level,
         access_log=not args.disable_access_log,
@@ -320,6 +328,16 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         environ=environ,
         **extra,
     )
+
+
+def engine_api_key(args: argparse.Namespace, environ: dict[str, str]) -> str | None:
+    """``--engine-api-key``, else ``TOKENWIRE_ENGINE_API_KEY``, for a server with ``--engine-url``
+    (the variable alone is ignored without one: an engine's environment may carry it too).
+    ``ValueError`` for the flag without ``--engine-url`` or a key no header can carry."""
+    if args.engine_api_key is not None and not args.engine_url:
+        raise ValueError("--engine-api-key needs --engine-url (the engine it is sent to)")
+    key = args.engine_api_key if args.engine_api_key is not None else environ.get(ENGINE_KEY_ENV) or None
+    return check_key(key) if key is not None and args.engine_url else None
 
 
 def state_secrets(args: argparse.Namespace, environ: dict[str, str]) -> tuple[bytes | None, bytes | None]:
@@ -374,6 +392,7 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> s
     if args.command == "serve":
         resolve_plan(environ.get(PLAN_ENV, ""))
     state_secrets(args, environ)
+    engine_api_key(args, environ)
     return bind(args.host, args.port, send_buffer=args.socket_send_buffer)
 
 

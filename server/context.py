@@ -126,10 +126,12 @@ def build_context(settings: Settings, gating: Gating, *, engine: Engine | None =
 def create_engine(settings: Settings, max_model_len: int) -> Engine | None:
     if settings.engine_url and settings.engine_url.startswith(("ws://", "wss://")):
         # tokenwire's session protocol: many requests per socket
-        return LinkEngine(settings.engine_url, model_name=settings.served_model_name, max_model_len=max_model_len)
+        return LinkEngine(settings.engine_url, model_name=settings.served_model_name, max_model_len=max_model_len,
+                          api_key=settings.engine_api_key)
     if settings.engine_url:
         return RemoteEngine(settings.engine_url, model_name=settings.served_model_name,
-                            max_model_len=max_model_len, read_timeout=settings.engine_timeout)
+                            max_model_len=max_model_len, read_timeout=settings.engine_timeout,
+                            api_key=settings.engine_api_key)
     if settings.needs_local_engine:
         from engine.local import LocalEngine  # the only place the server pulls in torch
 

@@ -50,6 +50,7 @@ class Settings:
     previous_state_secret: bytes | None = None  # still verifies them, while rotating to state_secret
     engine_url: str | None = None
     engine_timeout: float = 300.0  # seconds a remote engine may take to answer (--engine-timeout)
+    engine_api_key: str | None = field(default=None, repr=False)  # sent to the engine (--engine-api-key)
     enable_scale_out: bool = False  # the --enable-scale-out flag
     log_level: str = "info"
     access_log: bool = True  # a line per HTTP request and per WebSocket connection (at INFO)

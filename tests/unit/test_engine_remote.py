@@ -100,7 +100,8 @@ def test_vllm_stream_becomes_one_output_per_step_with_usage_at_the_end() -> None
     assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (27, 8)
     sent = remote.generate_bodies[0]
     assert sent["stream"] is True and sent["stream_options"]["include_usage"] is True
-    assert sent["request_id"] == "chatcmpl-9e1da87220c00168"
+    # the engine's id for it, never the client-visible one (engine/access.py)
+    assert sent["request_id"].startswith("tw-") and "chatcmpl" not in sent["request_id"]
     assert sent["sampling_params"]["max_tokens"] == 8 and sent["sampling_params"]["output_kind"] == 1
     assert not remote.aborts
 
@@ -140,7 +141,7 @@ def test_leaving_early_aborts_at_the_remote() -> None:
     remote = Remote(vllm_stream)
     outs = run(remote.engine(), req(), stop_after=2)
     assert len(outs) == 2
-    assert remote.aborts == [("/abort_requests", ["chatcmpl-9e1da87220c00168"])]
+    assert remote.aborts == [("/abort_requests", [remote.generate_bodies[0]["request_id"]])]
 
 
 def test_abort_falls_back_to_vllm_032_path() -> None:
@@ -148,13 +149,16 @@ def test_abort_falls_back_to_vllm_032_path() -> None:
 
     async def main() -> None:
         engine = remote.engine()
-        await engine.abort(["a"])
-        await engine.abort(["b"])
+        for _ in range(2):  # two requests that leave early
+            stream = engine.generate(req())
+            await anext(stream)
+            await stream.aclose()
         await engine.close()
 
     asyncio.run(main())
-    assert remote.aborts == [("/abort_requests", ["a"]), ("/inference/v1/abort_requests", ["a"]),
-                             ("/inference/v1/abort_requests", ["b"])]
+    a, b = (body["request_id"] for body in remote.generate_bodies)
+    assert remote.aborts == [("/abort_requests", [a]), ("/inference/v1/abort_requests", [a]),
+                             ("/inference/v1/abort_requests", [b])]
 
 
 @pytest.mark.parametrize(("response", "error", "text"), [
