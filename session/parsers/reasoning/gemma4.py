@@ -128,9 +128,11 @@ class Gemma4ReasoningParser(ReasoningParser):
             self._mode = "reasoning" if decided else "content"
         i, n = 0, len(buf)
         while True:
-            pos, marker = find_first(buf, _MARKERS, i) if "<" in buf[i:] else (-1, "")
+            lt = buf.find("<", i)  # every marker starts with "<"
+            pos, marker = find_first(buf, _MARKERS, lt) if lt != -1 else (-1, "")
             if pos == -1:
-                end = n if final else n - held_suffix_len(buf[max(i, n - _HOLD) :], _MARKERS)
+                held = 0 if final or lt == -1 else held_suffix_len(buf[max(lt, n - _HOLD) :], _MARKERS)
+                end = n - held
                 self._text(buf[i:end], out)
                 self._buf = buf[end:]
                 return

@@ -105,13 +105,15 @@ class Gemma4ToolParser(StreamingToolParser):
         i, n = 0, len(buf)
         while i <= n:
             mode = self._mode
-            if mode == "text" and "<" not in buf[i:]:
+            lt = buf.find("<", i)  # every marker but pre's ":" and name's "{" / "(" starts with "<"
+            if lt == -1 and mode in ("text", "args"):
                 self._text(buf[i:])
                 break
             markers = _MARKERS[mode]
             pos, marker = find_first(buf, markers, i)
             if pos == -1:
-                end = n if final else n - held_suffix_len(buf[max(i, n - _HOLD) :], markers)
+                held = 0 if final or lt == -1 else held_suffix_len(buf[max(lt, n - _HOLD) :], markers)
+                end = n - held
                 self._text(buf[i:end])
                 self._buf = buf[end:]
                 break
