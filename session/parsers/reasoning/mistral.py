@@ -44,6 +44,7 @@ _LONGEST = len(TOOL_CALLS)
 class MistralReasoningParser(ReasoningParser):
     name = "mistral"
     needs_special_tokens = True
+    engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/mistral.py)
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)

@@ -41,6 +41,7 @@ def hold_trailing_space(held: str, reasoning: str) -> tuple[str, str]:
 class NemotronV3ReasoningParser(Qwen3ReasoningParser):
     name = "nemotron_v3"
     needs_special_tokens = False
+    engine_based = True  # vLLM 0.32 builds it (and granite_thinking_parser) from its engine grammar
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)

@@ -182,14 +182,16 @@ class GraniteToolParser(StreamingToolParser):
     - an ``arguments`` member that is not an object is sent as its canonical JSON (vLLM: its
       ``json.dumps``, or the string itself; a stream sends nothing);
     - an element whose first ``"name": "…"`` is empty is no call (vLLM would read the name from
-      the element's JSON);
-    - a ``tool_choice`` of ``"none"`` or a request without tools parses no calls here (the
-      derenderer does not run the tool parser); vLLM still runs this parser and drops the call
-      text from the content.
+      the element's JSON).
+
+    ``engine_based``: with ``tool_choice: "none"`` or no tools this parser still reads the output
+    and its calls are dropped (the call text never reaches the content), as vLLM does when no
+    plain (non-engine) reasoning parser is configured with it.
     """
 
     name = "granite"
     needs_special_tokens = True  # <|tool_call|> is a special token; vLLM decodes with special tokens
+    engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/granite.py)
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
