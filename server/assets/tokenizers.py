@@ -72,6 +72,7 @@ class TokenizerRecipe:
     # "mistral-nemo", "deepseek" or "gemma4"
     builder: str = "qwen"
     added: tuple[tuple[str, bool], ...] = ()  # (content, special) from the first id past the base
+    version: int = 1  # the asset's version (server/assets): bump when this recipe changes
 
 
 _QWEN_CONFIG = {"bos_token": None, "eos_token": "<|im_end|>", "pad_token": "<|endoftext|>",
@@ -174,7 +175,7 @@ FAMILY_RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
                     # tekken_240718 predates the v13 controls the Ministral-3 templates and vLLM's mistral
                     # parsers look for: at ranks 32-35 after the deprecated 20 (<SPECIAL_n> fillers between)
                     added=_specials(*(f"<SPECIAL_{i}>" for i in range(20, 32)), "[ARGS]", "[CALL_ID]", "[THINK]",
-                                    "[/THINK]")),
+                                    "[/THINK]"), version=2),
     TokenizerRecipe("gemma-4", "google-gemma-4-31B-it.jinja", 262144, (1, 106, 50),  # <|tool_response> too
                     {"bos_token": "<bos>", "eos_token": "<eos>", "unk_token": "<unk>", "pad_token": "<pad>",
                      "mask_token": "<mask>", "add_bos_token": True, "add_eos_token": False,
@@ -187,7 +188,8 @@ FAMILY_RECIPES: dict[str, TokenizerRecipe] = {r.name: r for r in (
                      "etd_token": "<tool|>", "etr_token": "<tool_response|>", "image_token": "<|image|>",
                      "soc_token": "<|channel>", "sot_token": "<|turn>", "stc_token": "<|tool_call>",
                      "std_token": "<|tool>", "str_token": "<|tool_response>", "think_token": "<|think|>",
-                     "additional_special_tokens": ["<|video|>"]}, "ggml-vocab-gemma-4.gguf", builder="gemma4"),
+                     "additional_special_tokens": ["<|video|>"]}, "ggml-vocab-gemma-4.gguf", builder="gemma4",
+                    version=2),
 )}
 RECIPES.update(FAMILY_RECIPES)
 

@@ -33,6 +33,22 @@ TEMPLATE_SHA256 = {
     "llama3.1": "e10ca381b1ccc5cf9db52e371f3b6651576caee0a630b452e2816b2d404d4b65",
     "mistral-nemo": "e4676cb56dffea7782fd3e2b577cfaf1e123537e6ef49b3ec7caa6c095c62272",
     "deepseek-v3.1": "d9f5f351b276cf9e81d009db08830db7d38e94927aecd09a7beb43e2aafee94e",
+    # the 2026 families' templates (tokenizers.FAMILY_RECIPES), as llama-cpp-python 0.3.36 ships them
+    "qwen3-coder": "d287fb2edf144207f868ae1b282755dc19db2a3f1c5b3a3d57e9e5abffa98392",
+    "qwen3.5": "a4aee8afcf2e0711942cf848899be66016f8d14a889ff9ede07bca099c28f715",
+    "step3.5": "b18b99dff7261214c43e0402cba9f573e3240be6f9bb7ccaa54bb8df97e49dca",
+    "nemotron-3": "ab7813c3abdd9cb655905a410728b26c7884eca45ddfab8d9f931553485a7862",
+    "glm-4.6": "8804f445c761b9f259e3c1126a579d481a22ca09b2a3d32bcc4eb91bc36e0301",
+    "glm-4.7": "d63ad536c3c81880043e22ec7fd08db42b4d8fb7c89c7138bc562bfa25281375",
+    "kimi-k2": "9fcc72b7c248a72020c81f70bb652f3094d18a750c93ca35dfcb3cf5fe23ff53",
+    "kimi-k2-thinking": "2f6c593d50682612ccc3229f043ecd1bdeb5a32fdfe86ca2158203a61d885817",
+    "minimax-m2": "967ff7e387676f4b4340585da0585416532f1e6c5ee3f1ede64b2c21ef7ea001",
+    "seed-oss": "3f9e0dc4adeb8032287d0129dc75b6298fee8698a52ab41e863dbc89929330d3",
+    "granite-3.3": "3c71df5f659987462c882bf9e295b597dc19902467a7312ea382c5896681bc02",
+    "granite-4.0": "9524df67b77a7b25a2dfee898f75b316a157eb9d855b51e32aeac79d7c8a83ce",
+    "deepseek-v3.2": "8e5a13fcc4bdd4d943311fc59064b805770fdeddfccbd7f1c252cc16e8acaf3d",
+    "ministral-3-reasoning": "39f03c383413f531fd302c06c7e982ad98c83f0657a8339ae25478ccb81fdcda",
+    "gemma-4": "85a08664d16d8f3be4416c92427b3ac10df1024ac566cc0b4bc3bab409393f98",
 }
 VECTOR_TOKENIZERS = ("qwen3", "qwen2.5", "llama3.1")
 SEPARATOR = "\n__ggml_vocab_test__\n"
