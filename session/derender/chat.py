@@ -24,6 +24,12 @@ def tool_call_id(request_id: str, choice: int, call: int) -> str:
     return "chatcmpl-tool-" + hashlib.sha256(f"{request_id}:{choice}:{call}".encode()).hexdigest()[:16]
 
 
+def _call_id(request_id: str, choice: int, call: ToolCallDelta) -> str:
+    """A call's id: the one its parser gave (``call_id_style`` "kimi": Kimi-K2's
+    ``functions.NAME:IDX``, as vLLM reports it), else :func:`tool_call_id`."""
+    return call.id or tool_call_id(request_id, choice, call.index)
+
+
 def usage_dict(prompt_tokens: int, completion_tokens: int) -> dict[str, Any]:
     return {"prompt_tokens": prompt_tokens, "total_tokens": prompt_tokens + completion_tokens,
             "completion_tokens": completion_tokens, "prompt_tokens_details": None,
@@ -59,7 +65,7 @@ def _delta_tool_calls(request_id: str, choice: int, calls: Sequence[ToolCallDelt
             fn["arguments"] = (fn["arguments"] or "") + c.arguments
             continue
         if c.name is not None:
-            out.append({"id": tool_call_id(request_id, choice, c.index), "type": "function", "index": c.index,
+            out.append({"id": _call_id(request_id, choice, c), "type": "function", "index": c.index,
                         "function": {"name": c.name, "arguments": c.arguments}})
         else:
             out.append({"id": None, "type": None, "index": c.index,
@@ -204,7 +210,7 @@ def _message(pieces: Sequence[Piece], request_id: str, choice: int, *, reasoning
         for c in p.tool_calls:
             call = calls.get(c.index)
             if call is None:
-                call = calls[c.index] = {"id": tool_call_id(request_id, choice, c.index), "type": "function",
+                call = calls[c.index] = {"id": _call_id(request_id, choice, c), "type": "function",
                                          "function": {"name": c.name or "", "arguments": ""}}
             elif c.name and not call["function"]["name"]:
                 call["function"]["name"] = c.name

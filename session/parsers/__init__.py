@@ -18,6 +18,7 @@ from .reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningPars
 from .reasoning.gemma4 import Gemma4ReasoningParser
 from .reasoning.glm import GlmReasoningParser
 from .reasoning.granite import GraniteReasoningParser
+from .reasoning.kimi_k2 import KimiK2ReasoningParser
 from .reasoning.minimax_m2 import MiniMaxM2AppendThinkReasoningParser, MiniMaxM2ReasoningParser
 from .reasoning.mistral import MistralReasoningParser
 from .reasoning.nemotron_v3 import GraniteThinkingReasoningParser, NemotronV3ReasoningParser
@@ -36,6 +37,7 @@ from .tool.forced import forced_function_name
 from .tool.gemma4 import Gemma4ToolParser
 from .tool.glm import GlmToolParser
 from .tool.granite import Granite4ToolParser, GraniteToolParser
+from .tool.kimi_k2 import KimiK2ToolParser
 from .tool.llama4_pythonic import Llama4PythonicToolParser
 from .tool.minimax_m2 import MinimaxM2ToolParser
 from .tool.qwen3_xml import MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParser
@@ -56,6 +58,7 @@ TOOL_PARSERS: dict[str, type[ToolParser]] = {
     "granite": GraniteToolParser,  # Granite 3.x: <|tool_call|>[{…}, …]
     "granite4": Granite4ToolParser,  # Granite 4: <tool_call>{…}</tool_call>
     "llama4_pythonic": Llama4PythonicToolParser,
+    "kimi_k2": KimiK2ToolParser,
     "glm45": GlmToolParser,  # GLM-4.5 / 4.6 / 4.7 / 5: one grammar in vLLM 0.32
     "glm47": GlmToolParser,
     "openai": HarmonyToolParser,  # gpt-oss harmony (session/parsers/harmony.py)
@@ -85,6 +88,7 @@ REASONING_PARSERS: dict[str, type[ReasoningParser]] = {
     "granite_thinking_parser": GraniteThinkingReasoningParser,
     "mistral": MistralReasoningParser,
     "nemotron_v3": NemotronV3ReasoningParser,
+    "kimi_k2": KimiK2ReasoningParser,
     "glm45": GlmReasoningParser,
     "glm47": GlmReasoningParser,
     "openai_gptoss": HarmonyReasoningParser,

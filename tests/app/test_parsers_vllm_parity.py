@@ -42,6 +42,8 @@ RENDERS = [(family, name) for family, data in FILES.items() for name in data.get
 DOCS = (Path(__file__).parents[2] / "docs" / "parsers.md").read_text(encoding="utf-8")
 # vLLM's ids that are random per call ("chatcmpl-tool-…" / 16 hex, Mistral's 9 alphanumerics): not compared
 _RANDOM_ID = re.compile(r"^((chatcmpl-tool-)?[0-9a-f]{16}|[A-Za-z0-9]{9})$")
+# the ids a parser takes from the model's output (Kimi-K2: functions.NAME:IDX), not random
+_KIMI_ID = re.compile(r"^.+:\d+$")
 SECRET = b"parity-0123456789-abcdefghijklmnopqrstuvwxyz"
 
 
@@ -143,7 +145,7 @@ def expected(case: dict[str, Any]) -> dict[str, Any]:
         # vLLM's non-streaming derender gives every call a random id (online_derenderer.py), where
         # `vllm serve` returns the parser's own (Kimi-K2's functions.NAME:IDX) as its stream does
         for call, streamed in zip(want["tool_calls"], _norm(case["vllm"]["stream"])["tool_calls"], strict=False):
-            if "id" not in call and "id" in streamed and streamed["name"] == call["name"]:
+            if "id" not in call and _KIMI_ID.match(streamed.get("id", "")) and streamed["name"] == call["name"]:
                 call["id"] = streamed["id"]
         return want
     if differs["expect"] == "stream":

@@ -45,6 +45,7 @@ ALL_PARSERS: list[tuple[AnyParser, ParserContext]] = [
     *((cls, AUTO) for cls in REASONING_PARSERS.values()),
     (Qwen3ReasoningParser, ParserContext(chat_template_kwargs={"enable_thinking": False})),
     (REASONING_PARSERS["deepseek_v3"], ParserContext(chat_template_kwargs={"thinking": True})),
+    (REASONING_PARSERS["kimi_k2"], ParserContext(chat_template_kwargs={"thinking": False})),
     (NamedToolChoiceParser, NAMED),
     (RequiredToolChoiceParser, REQUIRED),
     (harmony_parser(True, True), AUTO),  # gpt-oss: the one parser the derender runs

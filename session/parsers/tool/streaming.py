@@ -23,7 +23,8 @@ from .json_stream import is_plain
 
 class StreamingToolParser(ToolParser):
     # How the derenderer should make call ids for this parser's calls: "openai" (random, as vLLM's
-    # ``chatcmpl-tool-…``) or "mistral" (9 random alphanumerics, what Mistral's templates accept).
+    # ``chatcmpl-tool-…``), "mistral" (9 random alphanumerics, what Mistral's templates accept) or
+    # "kimi" (the id the model wrote, ``functions.NAME:IDX``, passed as ``ToolCallDelta.id``).
     call_id_style: ClassVar[str] = "openai"
     initial_mode: ClassVar[str] = "text"
     # Per mode where the text is plain content until a marker: the character every such marker
@@ -47,11 +48,11 @@ class StreamingToolParser(ToolParser):
         # parallel_tool_calls=false keeps only the first call, as vLLM filters it.
         return self.ctx.parallel_tool_calls or index == 0
 
-    def open_call(self, name: str) -> None:
+    def open_call(self, name: str, call_id: str | None = None) -> None:
         index = self._calls
         self._calls += 1
         if self._kept(index):
-            self._call_out.append(ToolCallDelta(index=index, name=name, arguments=""))
+            self._call_out.append(ToolCallDelta(index=index, name=name, arguments="", id=call_id))
 
     def add_args(self, text: str) -> None:
         index = self._calls - 1

@@ -1,0 +1,145 @@
+"""``kimi_k2``: Kimi-K2 Thinking / K2.5 ``<think>`` … ``</think>`` reasoning.
+
+As vLLM 0.32's ``kimi_k2`` engine grammar (``vllm/parser/kimi_k2.py``) splits a whole output
+(its non-streaming path):
+
+- thinking is on unless ``chat_template_kwargs`` turns it off: with neither ``thinking`` nor
+  ``enable_thinking`` given (or both null) it is on, otherwise it is on when either is truthy.
+  Off: everything is content, think tags included;
+- on: the output starts as reasoning (the prompt is not consulted: vLLM's non-streaming path does
+  not look at it either, so a Kimi-K2-Instruct answer without tags is reasoning); every
+  ``<think>`` in the reasoning is dropped; ``</think>`` ends it; a
+  ``<|tool_calls_section_begin|>`` ends it too, and the marker and everything after it are
+  content (for the tool parser); without either everything is reasoning (the output was cut
+  short);
+- trailing whitespace of the reasoning is dropped (held back until more reasoning follows);
+- after the reasoning every ``</think>`` is dropped (vLLM's grammar drops it in content, tool
+  calls included); the rest of the content is verbatim.
+
+A whitespace run longer than ``WS_MAX`` at the end of the reasoning is not held (kept in the
+reasoning): the state stays small. The tags are special tokens in Kimi's tokenizer: decode with
+them kept. State between feeds: the mode, the held-back text (a partial tag), the held
+whitespace.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Self
+
+from ..base import ParsedDelta, ParserContext, ReasoningParser
+from ..errors import MalformedSnapshot
+from ..markers import find_first, held_suffix_len
+
+THINK_START = "<think>"
+THINK_END = "</think>"
+SECTION_BEGIN = "<|tool_calls_section_begin|>"
+_REASONING_MARKERS = (THINK_END, THINK_START, SECTION_BEGIN)
+_CONTENT_MARKERS = (THINK_END,)
+_LONGEST = len(SECTION_BEGIN)
+WS_MAX = 256
+
+
+def thinking_enabled(kwargs: dict[str, Any]) -> bool:
+    """vLLM's ``KimiK2Parser.thinking_enabled`` for a request's ``chat_template_kwargs``."""
+    thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
+    return (thinking is None and enable is None) or bool(thinking) or bool(enable)
+
+
+class KimiK2ReasoningParser(ReasoningParser):
+    """Modes: ``reasoning``, ``content`` (dropping ``</think>``), ``off`` (thinking off: all is
+    content, verbatim)."""
+
+    name = "kimi_k2"
+    needs_special_tokens = True
+    engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/kimi_k2.py)
+
+    def __init__(self, ctx: ParserContext) -> None:
+        super().__init__(ctx)
+        self._mode = "reasoning" if thinking_enabled(ctx.chat_template_kwargs) else "off"
+        self._buf = ""  # a partial tag
+        self._ws = ""  # trailing whitespace of the reasoning, held
+
+    @property
+    def reasoning_ended(self) -> bool:
+        return self._mode != "reasoning"
+
+    @property
+    def passthrough(self) -> bool:
+        return self._mode == "off"
+
+    def snapshot(self) -> dict[str, Any]:
+        return {"p": self.name, "m": self._mode, "b": self._buf, "w": self._ws}
+
+    @classmethod
+    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
+        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
+            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
+        parser = cls(ctx)
+        try:
+            mode = snapshot["m"]
+            if mode not in ("reasoning", "content", "off"):
+                raise ValueError(mode)
+            parser._mode, parser._buf, parser._ws = mode, str(snapshot["b"]), str(snapshot["w"])
+        except (KeyError, TypeError, ValueError) as exc:
+            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
+        return parser
+
+    def feed(self, text: str) -> ParsedDelta:
+        return self._process(text, final=False)
+
+    def finish(self) -> ParsedDelta:
+        return self._process("", final=True)
+
+    # -- splitting ---------------------------------------------------------------------------
+    def _reasoning(self, out: list[str], text: str) -> None:
+        """Reasoning text: trailing whitespace is held until more reasoning follows."""
+        if not text:
+            return
+        text, self._ws = self._ws + text, ""
+        body = text.rstrip()
+        if len(text) - len(body) <= WS_MAX:
+            self._ws = text[len(body):]
+        else:
+            body = text
+        if body:
+            out.append(body)
+
+    def _process(self, text: str, final: bool) -> ParsedDelta:
+        mode = self._mode
+        if mode == "off":
+            return ParsedDelta(content=text)
+        if not self._buf and "<" not in text:  # every tag starts with "<"
+            if mode == "content":
+                return ParsedDelta(content=text)
+            out: list[str] = []
+            self._reasoning(out, text)
+            if final:
+                self._ws = ""
+            return ParsedDelta(reasoning="".join(out))
+        buf, self._buf = self._buf + text, ""
+        reasoning: list[str] = []
+        content: list[str] = []
+        i, n = 0, len(buf)
+        while True:
+            markers = _REASONING_MARKERS if self._mode == "reasoning" else _CONTENT_MARKERS
+            pos, marker = find_first(buf, markers, i)
+            if pos == -1:
+                end = n if final else n - held_suffix_len(buf[max(i, n - _LONGEST):], markers)
+                if self._mode == "reasoning":
+                    self._reasoning(reasoning, buf[i:end])
+                    if final:
+                        self._ws = ""
+                else:
+                    content.append(buf[i:end])
+                self._buf = buf[end:]
+                return ParsedDelta(reasoning="".join(reasoning), content="".join(content))
+            if self._mode == "reasoning":
+                self._reasoning(reasoning, buf[i:pos])
+                if marker == THINK_START:
+                    i = pos + len(marker)
+                    continue
+                self._ws, self._mode = "", "content"  # the reasoning's trailing whitespace is dropped
+                i = pos if marker == SECTION_BEGIN else pos + len(marker)
+                continue
+            content.append(buf[i:pos])
+            i = pos + len(marker)
