@@ -65,10 +65,9 @@ def test_registered_and_like_vllm_without_special_tokens() -> None:
     assert P.needs_special_tokens is False
 
 
-def test_pythonic_itself_keeps_its_literals() -> None:
-    # the wider literals are llama4_pythonic's (vLLM 0.32's); pythonic's own are unchanged
-    assert keyword_argument("a=-1") is None
-    assert one_shot(PythonicToolParser, "[f(a=-1)]") == Split(content="[f(a=-1)]")
+def test_pythonic_reads_the_same_literals() -> None:
+    assert keyword_argument("a=-1") == ("a", "-1")
+    assert one_shot(PythonicToolParser, "[f(a=-1)]") == Split(calls=(("f", '{"a": -1}'),))
 
 
 FRAGMENTS = [PS, PE, "<|python_", "_end|>", "[", "]", "(", ")", ",", "=", '"', "'", "\\", "#", " ", "\n", "f(",

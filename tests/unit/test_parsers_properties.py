@@ -245,7 +245,7 @@ scalars = st.none() | st.booleans() | st.integers(-10**6, 10**20) | st.floats(al
 json_args = st.dictionaries(st.text(max_size=8), st.recursive(
     scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8),
     max_size=4)
-# pythonic literals: vLLM refuses "-1" (a unary minus is not a constant) and inf/nan have no literal
+# pythonic literals (non-negative here: the reference below writes the values with repr; inf/nan have no literal)
 py_scalars = (st.none() | st.booleans() | st.integers(0, 10**20)
               | st.floats(min_value=0, allow_nan=False, allow_infinity=False) | st.text(max_size=12))
 py_args = st.dictionaries(names, st.recursive(

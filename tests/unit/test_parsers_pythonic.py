@@ -35,7 +35,8 @@ VECTORS: list[tuple[str, str, Split]] = [
     ("not starting with [ : content", 'Sure: [get_weather(city="Paris")]',
      Split(content='Sure: [get_weather(city="Paris")]')),
     ("a positional argument: all of it is content", "[f(1)]", Split(content="[f(1)]")),
-    ("a negative number is not a literal to vLLM: all of it is content", "[f(a=-1)]", Split(content="[f(a=-1)]")),
+    ("signed numbers, tuples, sets and JSON names are literals to vLLM 0.32", "[f(a=-1, b=(1, 2), c={3}, d=true)]",
+     Split(calls=(("f", '{"a": -1, "b": [1, 2], "c": [3], "d": true}'),))),
     ("an expression: all of it is content", "[f(a=1+2)]", Split(content="[f(a=1+2)]")),
     ("an empty list: content", "[]", Split(content="[]")),
     ("a list of non-calls: content", "[1, 2, 3]", Split(content="[1, 2, 3]")),
@@ -70,6 +71,6 @@ def test_pythonic_vectors_over_random_splits(data: st.DataObject) -> None:
     assert streamed(P, split_at(text, cuts)) == expected
 
 
-@pytest.mark.parametrize("segment", ["a=b'x'", "a=1j", "a=...", "a=(1, 2)", "a={1, 2}", "**kw", "a=f(1)", "a=1, b=2"])
+@pytest.mark.parametrize("segment", ["a=b'x'", "a=1j", "a=...", "a=-True", "a=f'{x}'", "**kw", "a=f(1)", "a=1, b=2"])
 def test_pythonic_refuses_what_vllm_refuses_in_one_argument(segment: str) -> None:
     assert keyword_argument(segment) is None

@@ -12,10 +12,7 @@ output (its non-streaming answer):
 - an output that does not start with the marker is read exactly as ``pythonic`` reads it
   (``<|python_end|>`` is plain text; after the list's ``]`` it is dropped with the rest, as
   ``pythonic`` drops text after the list);
-- argument values are vLLM 0.32's literals (``tool_parsers/utils.get_parameter_value``), wider
-  than those of tokenwire's ``pythonic``: besides constants, lists and dicts with constant keys,
-  also tuples and sets (as lists), ``+``/``-`` numbers, ``true`` / ``false`` / ``null``, and
-  f-strings without placeholders.
+- argument values are vLLM 0.32's literals, as ``pythonic`` reads them.
 
 This parser is a filter in front of :class:`~.pythonic.PythonicToolParser`: it decides whether the
 output starts with the marker (holding a partial ``<|python_start|>`` at the start), then strips
@@ -32,45 +29,17 @@ and the output reads as plain ``pythonic``; spelled out as text, they are handle
 
 from __future__ import annotations
 
-import ast
 from typing import Any
 
 from ..base import ParserContext
 from ..markers import held_suffix_len
-from .pythonic import PythonicToolParser, _NotLiteral
+from .pythonic import PythonicToolParser
 
 PYTHON_START = "<|python_start|>"
 PYTHON_END = "<|python_end|>"
-_JSON_NAMES: dict[str, Any] = {"null": None, "true": True, "false": False}
-
-
-def vllm_literal(node: ast.expr) -> Any:
-    """The value of an argument node as vLLM 0.32's ``get_parameter_value`` reads it."""
-    if isinstance(node, ast.Constant):
-        if node.value is None or isinstance(node.value, (str, int, float)):
-            return node.value
-        raise _NotLiteral  # bytes, Ellipsis, complex
-    if isinstance(node, ast.Dict):
-        if not all(isinstance(k, ast.Constant) for k in node.keys):
-            raise _NotLiteral
-        return {k.value: vllm_literal(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[union-attr]
-    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
-        return [vllm_literal(v) for v in node.elts]
-    if isinstance(node, ast.JoinedStr) and all(isinstance(p, ast.Constant) for p in node.values):
-        return "".join(str(p.value) for p in node.values)  # type: ignore[attr-defined]
-    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
-        return _JSON_NAMES[node.id]
-    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
-        operand = vllm_literal(node.operand)
-        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
-            return -operand if isinstance(node.op, ast.USub) else operand
-    raise _NotLiteral
-
-
 class Llama4PythonicToolParser(PythonicToolParser):
     name = "llama4_pythonic"
     needs_special_tokens = False
-    literal = staticmethod(vllm_literal)
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)

@@ -2,8 +2,9 @@
 
 Used by Llama 3.2 / Llama 4 style and ToolACE-like models. As vLLM's ``PythonicToolParser``:
 tool-call mode starts only when the output starts with ``[``; each call is ``name(key=literal,
-...)`` where literals are constants, lists and dicts with constant keys (``-1``, tuples, sets and
-expressions are not literals to vLLM either); the arguments are ``json.dumps({key: value},
+...)`` where literals are vLLM 0.32's (``_literal``: constants, lists, tuples, sets, dicts with constant
+keys, signed numbers, ``true`` / ``false`` / ``null``, f-strings without placeholders; other
+expressions are not); the arguments are ``json.dumps({key: value},
 ensure_ascii=False)``; when calls are found the content is empty. An output that is not such a
 list (before any call is complete) is returned whole as content.
 
@@ -20,7 +21,6 @@ import ast
 import json
 import keyword
 import re
-from collections.abc import Callable
 from typing import Any
 
 from .json_stream import escape_lone_surrogates
@@ -34,22 +34,36 @@ class _NotLiteral(Exception):
     pass
 
 
+_JSON_NAMES: dict[str, Any] = {"null": None, "true": True, "false": False}
+
+
 def _literal(node: ast.expr) -> Any:
-    """The value of a literal as vLLM's pythonic parser accepts it."""
+    """The value of an argument node as vLLM 0.32's ``get_parameter_value`` reads it: constants
+    (not bytes, ``...`` or complex), dicts with constant keys, lists, tuples and sets (as lists),
+    ``+``/``-`` numbers, ``true`` / ``false`` / ``null``, and f-strings without placeholders."""
     if isinstance(node, ast.Constant):
-        return node.value
+        if node.value is None or isinstance(node.value, (str, int, float)):
+            return node.value
+        raise _NotLiteral
     if isinstance(node, ast.Dict):
         if not all(isinstance(k, ast.Constant) for k in node.keys):
             raise _NotLiteral
         return {k.value: _literal(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[union-attr]
-    if isinstance(node, ast.List):
+    if isinstance(node, (ast.List, ast.Tuple, ast.Set)):
         return [_literal(v) for v in node.elts]
+    if isinstance(node, ast.JoinedStr) and all(isinstance(p, ast.Constant) for p in node.values):
+        return "".join(str(p.value) for p in node.values)  # type: ignore[attr-defined]
+    if isinstance(node, ast.Name) and node.id in _JSON_NAMES:
+        return _JSON_NAMES[node.id]
+    if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.USub, ast.UAdd)):
+        operand = _literal(node.operand)
+        if isinstance(operand, (int, float)) and not isinstance(operand, bool):
+            return -operand if isinstance(node.op, ast.USub) else operand
     raise _NotLiteral
 
 
-def keyword_argument(segment: str, literal: Callable[[ast.expr], Any] = _literal) -> tuple[str, str] | None:
-    """``("key", canonical JSON of the value)`` for one ``key=literal`` segment, else None
-    (``literal``: the value of a literal node, raising ``_NotLiteral`` for anything else)."""
+def keyword_argument(segment: str) -> tuple[str, str] | None:
+    """``("key", canonical JSON of the value)`` for one ``key=literal`` segment, else None."""
     try:
         tree = ast.parse("f(" + segment + "\n)", mode="eval")
         call = tree.body
@@ -58,7 +72,7 @@ def keyword_argument(segment: str, literal: Callable[[ast.expr], Any] = _literal
         kw = call.keywords[0]
         if kw.arg is None:
             return None
-        return kw.arg, escape_lone_surrogates(json.dumps(literal(kw.value), ensure_ascii=False))
+        return kw.arg, escape_lone_surrogates(json.dumps(_literal(kw.value), ensure_ascii=False))
     except (SyntaxError, ValueError, TypeError, RecursionError, MemoryError, _NotLiteral):
         return None
 
@@ -72,7 +86,6 @@ class PythonicToolParser(StreamingToolParser):
     needs_special_tokens = False
     initial_mode = "start"
     content_guards = {"text": "", "raw": ""}
-    literal = staticmethod(_literal)  # what a keyword argument's value may be (a subclass may widen it)
 
     def __init__(self, ctx: Any) -> None:
         super().__init__(ctx)
@@ -121,7 +134,7 @@ class PythonicToolParser(StreamingToolParser):
             else:  # "f()"
                 self._commit("{}")
             return True
-        kwarg = keyword_argument(segment, self.literal)
+        kwarg = keyword_argument(segment)
         if kwarg is None or kwarg[0] in self._kws:
             return False
         key, value = kwarg
