@@ -219,6 +219,8 @@ def vllm_pythonic(text: str) -> Split:
             return {k.value: value(v) for k, v in zip(node.keys, node.values, strict=True)}  # type: ignore[union-attr]
         if isinstance(node, ast.List):
             return [value(v) for v in node.elts]
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.USub):  # a negative number (repr of one)
+            return -value(node.operand)
         raise ValueError(node)
 
     try:
@@ -245,9 +247,9 @@ scalars = st.none() | st.booleans() | st.integers(-10**6, 10**20) | st.floats(al
 json_args = st.dictionaries(st.text(max_size=8), st.recursive(
     scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8),
     max_size=4)
-# pythonic literals (non-negative here: the reference below writes the values with repr; inf/nan have no literal)
-py_scalars = (st.none() | st.booleans() | st.integers(0, 10**20)
-              | st.floats(min_value=0, allow_nan=False, allow_infinity=False) | st.text(max_size=12))
+# pythonic literals (inf / nan have no literal)
+py_scalars = (st.none() | st.booleans() | st.integers(-10**6, 10**20)
+              | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=12))
 py_args = st.dictionaries(names, st.recursive(
     py_scalars, lambda c: st.lists(c, max_size=3) | st.dictionaries(st.text(max_size=6), c, max_size=3), max_leaves=8),
     max_size=4)
