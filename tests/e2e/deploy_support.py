@@ -7,10 +7,11 @@
 
 Every process is real: HAProxy from the Debian package (scripts/install-haproxy.sh), the tokenwire
 CLI, the tiny-qwen3 model in fp32 (so every replica, and every resumed stream, computes the same
-greedy tokens). :class:`Topology` starts the whole thing, waits until both balancers see every
-server UP, and reads each balancer's view of its servers from HAProxy's CSV stats page. Replicas of
-one tier start (and restart) side by side: each is a separate process that spends its start-up
-importing and loading on its own, so two take about as long as one.
+greedy tokens), and the engine key as deploy/ passes it (the engines' ``TOKENWIRE_API_KEY``, the
+front ends' ``TOKENWIRE_ENGINE_API_KEY``). :class:`Topology` starts the whole thing, waits until
+both balancers see every server UP, and reads each balancer's view of its servers from HAProxy's
+CSV stats page. Replicas of one tier start (and restart) side by side: each is a separate process
+that spends its start-up importing and loading on its own, so two take about as long as one.
 """
 
 from __future__ import annotations
@@ -39,6 +40,8 @@ FRONTENDS_CFG = ROOT / "deploy" / "haproxy" / "frontends.cfg"
 ENGINES_CFG = ROOT / "deploy" / "haproxy" / "engines.cfg"
 # shared by both front ends; at least 32 bytes (a secret will need that, issue 23 item 3)
 SECRET = "tokenwire-deploy-tests-shared-state-secret-2026"
+# the engine key, as deploy/ sets it: the engines' TOKENWIRE_API_KEY, the front ends' TOKENWIRE_ENGINE_API_KEY
+ENGINE_KEY = "tokenwire-deploy-tests-engine-key-0123456789"
 NO_TORCH = "import sys\nsys.modules['torch'] = None\n"  # a front end never loads torch
 FRONTEND_FLAGS = ("--tool-call-parser", "hermes", "--reasoning-parser", "qwen3", "--enable-auto-tool-choice")
 T = TypeVar("T")
@@ -211,11 +214,12 @@ class Topology:
 
     def _engine(self, *extra: str) -> ServerProcess:
         return ServerProcess(["serve", str(self.model), "--tokens-only", "--dtype", "float32", *self.engine_args,
-                              *extra])
+                              *extra], env={"TOKENWIRE_API_KEY": ENGINE_KEY, "TOKENWIRE_ENGINE_API_KEY": None})
 
     def _frontend(self, *extra: str) -> ServerProcess:
         return ServerProcess(["launch", "render", str(self.model), "--engine-url", self.engine_url,
                               "--state-secret", SECRET, *FRONTEND_FLAGS, *self.frontend_args, *extra],
+                             env={"TOKENWIRE_ENGINE_API_KEY": ENGINE_KEY, "TOKENWIRE_API_KEY": None},
                              preamble=NO_TORCH)
 
     def frontend_with_session(self) -> int:

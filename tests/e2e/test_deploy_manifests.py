@@ -7,7 +7,10 @@
   end's liveness probe is not ``/health`` (an engine-tier outage makes that 503 and must not restart
   every front end);
 - the grace period before a kill is longer than ``--shutdown-timeout`` plus the preStop pause, so a
-  drain is never cut short.
+  drain is never cut short;
+- the engine key: every engine requires it and every front end sends it, from one Secret (one
+  variable in compose); a NetworkPolicy admits only the front-end pods to the engine port, and in
+  compose the engines are on an internal network that only the front ends share.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.deploy_support import ENGINES_CFG, FRONTENDS_CFG, SECRET, haproxy_binary
+from tests.e2e.deploy_support import ENGINE_KEY, ENGINES_CFG, FRONTENDS_CFG, SECRET, haproxy_binary
 from tests.support.server_proc import run_cli
 
 DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
@@ -73,7 +76,7 @@ def test_every_tokenwire_command_line_is_accepted_by_the_cli(where: str, args: l
     missing = str(tmp_path / "no-model-here")
     argv = [missing if a.startswith("/models/") else a for a in args]
     argv[argv.index("--port") + 1] = "0"
-    r = run_cli(argv, env={"TOKENWIRE_STATE_SECRET": SECRET}, timeout=60)
+    r = run_cli(argv, env={"TOKENWIRE_STATE_SECRET": SECRET, "TOKENWIRE_ENGINE_API_KEY": ENGINE_KEY}, timeout=60)
     assert r.returncode == 2, (where, r.stderr)
     assert "no-model-here" in r.stderr and "unrecognized" not in r.stderr, (where, r.stderr)
 
@@ -108,6 +111,68 @@ def test_grace_periods_outlast_the_drain() -> None:
             assert seconds(service["stop_grace_period"]) > drain, name
 
 
-def test_the_example_state_secret_is_long_enough() -> None:
-    secret = next(d for d in k8s_docs() if d["kind"] == "Secret")
-    assert len(secret["stringData"]["secret"].encode()) >= 32
+def test_the_example_secrets_are_long_enough() -> None:
+    secrets = {d["metadata"]["name"]: d["stringData"] for d in k8s_docs() if d["kind"] == "Secret"}
+    assert len(secrets["tokenwire-state"]["secret"].encode()) >= 32
+    assert len(secrets["tokenwire-engine-key"]["key"].encode()) >= 32
+
+
+ENGINE_KEY_REF = {"secretKeyRef": {"name": "tokenwire-engine-key", "key": "key"}}
+KEY_VARIABLE = {"engine": "TOKENWIRE_API_KEY", "vllm": "VLLM_API_KEY", "frontend": "TOKENWIRE_ENGINE_API_KEY"}
+
+
+def test_every_engine_requires_the_engine_key_and_every_front_end_sends_it() -> None:
+    found = containers()
+    assert {c["name"] for _, c in found} == set(KEY_VARIABLE)
+    for _, c in found:
+        env = {e["name"]: e.get("valueFrom") for e in c.get("env", [])}
+        assert env.get(KEY_VARIABLE[c["name"]]) == ENGINE_KEY_REF, c["name"]
+        if c["name"] == "frontend":
+            assert "TOKENWIRE_API_KEY" not in env  # the engine key is not a client key
+            assert "--engine-api-key" not in c["args"]  # from the Secret, not the command line
+    services = compose_services()
+    key = "${TOKENWIRE_ENGINE_API_KEY:?"
+    for name in ("engine1", "engine2"):
+        assert services[name]["environment"]["TOKENWIRE_API_KEY"].startswith(key), name
+    for name in ("fe1", "fe2"):
+        assert services[name]["environment"]["TOKENWIRE_ENGINE_API_KEY"].startswith(key), name
+    vllm = yaml.safe_load((DEPLOY / "docker-compose.vllm.yml").read_text())["services"]
+    for name in ("engine1", "engine2"):
+        assert vllm[name]["environment"]["VLLM_API_KEY"].startswith(key), name
+
+
+def pod_labels(tier: str) -> dict[str, str]:
+    labels = [d["spec"]["template"]["metadata"]["labels"] for d in k8s_docs()
+              if d["kind"] == "Deployment" and d["spec"]["template"]["metadata"]["labels"].get("tier") == tier]
+    assert labels and all(label == labels[0] for label in labels), tier
+    return dict(labels[0])
+
+
+def selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
+    return all(labels.get(k) == v for k, v in selector["matchLabels"].items())
+
+
+def test_a_network_policy_admits_only_the_front_ends_to_the_engine_port() -> None:
+    policies = [d for d in k8s_docs() if d["kind"] == "NetworkPolicy"]
+    engine, frontend = pod_labels("engine"), pod_labels("frontend")
+    mine = [p for p in policies if selects(p["spec"]["podSelector"], engine)]
+    assert len(mine) == 1
+    spec = mine[0]["spec"]
+    assert not selects(spec["podSelector"], frontend)
+    assert "Ingress" in spec["policyTypes"]
+    (rule,) = spec["ingress"]
+    (peer,) = rule["from"]
+    assert set(peer) == {"podSelector"} and selects(peer["podSelector"], frontend)
+    assert not selects(peer["podSelector"], engine)
+    ports = {c["name"]: {p["name"]: p["containerPort"] for p in c["ports"]} for _, c in containers()}
+    for name in ("engine", "vllm"):
+        assert [p["port"] for p in rule["ports"]] == ["http"] and "http" in ports[name], name
+
+
+def test_compose_keeps_the_engines_on_an_internal_network_shared_only_with_the_front_ends() -> None:
+    data = yaml.safe_load((DEPLOY / "docker-compose.yml").read_text())
+    assert data["networks"]["engines"]["internal"] is True
+    on = {name: set(service.get("networks") or ["default"]) for name, service in data["services"].items()}
+    assert {name for name, nets in on.items() if "engines" in nets} == {"engine1", "engine2", "engine-lb", "fe1", "fe2"}
+    for name in ("engine1", "engine2", "engine-lb"):
+        assert on[name] == {"engines"} and "ports" not in data["services"][name], name

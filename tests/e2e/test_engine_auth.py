@@ -24,7 +24,7 @@ from websockets.asyncio.client import connect
 from websockets.exceptions import InvalidStatus
 
 from tests.e2e.client_support import SECRET
-from tests.e2e.deploy_support import NO_TORCH, side_by_side
+from tests.e2e.deploy_support import ENGINE_KEY, NO_TORCH, Topology, side_by_side
 from tests.e2e.ws_client import SessionClient
 from tests.support.server_proc import ServerProcess
 
@@ -97,6 +97,8 @@ def test_a_missing_or_wrong_key_is_a_502_that_says_so(tiers: tuple[ServerProcess
         message = r.json()["error"]["message"]
         assert "refused" in message and "--engine-api-key" in message, message
         assert ("sent none" in message) == name.endswith("-none"), message
+    # the link's health opens a link, which the engine refuses; an engine's /health needs no key
+    assert httpx.get(srv.url + "/health", timeout=30).status_code == (503 if name.startswith("ws") else 200)
     lines = [line for line in srv.output().splitlines() if "--engine-api-key" in line]
     assert lines, srv.output()[-3000:]
     assert "InvalidStatus" not in srv.output() and "Traceback" not in srv.output()
@@ -217,3 +219,16 @@ def finish_of(frames: list[dict[str, Any]]) -> str | None:
             for choice in chunk.get("choices") or ():
                 finish = choice.get("finish_reason") or finish
     return finish
+
+
+def test_the_reference_topology_runs_with_the_engine_key(reference_topology: Topology) -> None:
+    """deploy/'s recipe on loopback (tests/e2e/deploy_support.py): the engine balancer refuses a
+    caller without the key, and clients are answered through the front ends, which hold it."""
+    topo = reference_topology
+    engine_lb = "http://" + topo.engine_url.split("//", 1)[1]
+    gen = {"token_ids": [1, 2, 3], "sampling_params": {"max_tokens": 2, "temperature": 0}}
+    assert httpx.post(engine_lb + "/inference/v1/generate", json=gen, timeout=30).status_code == 401
+    assert httpx.post(engine_lb + "/inference/v1/generate", json=gen, timeout=60,
+                      headers={"Authorization": f"Bearer {ENGINE_KEY}"}).status_code == 200
+    r = httpx.post(topo.url + "/v1/chat/completions", json=body(), timeout=120)
+    assert r.status_code == 200, r.text
