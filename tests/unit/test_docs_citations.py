@@ -14,7 +14,7 @@ OUTSIDE = re.compile(rf"{_DESIGN}|reference/assets\.md|{_SHARED}|" + "shared" + 
 # A path into the repository as docs cite them: tests/…py, docs/…md, server/…py, and the like
 # (bench/results/ holds a benchmark run's output, which is not committed).
 CITED = re.compile(r"(?<![\w/.])((?:tests|docs|server|session|engine|client_sdk|bench|scripts|packaging)/[\w./-]+"
-                   r"\.(?:py|md|sh|js|html|css|json|toml))")
+                   r"\.(?:py|md|sh|json|js|html|css|toml))\b")
 
 
 def tracked(*suffixes: str) -> list[Path]:
