@@ -31,7 +31,7 @@ __all__ = ["ArgsPiece", "ChoiceStream", "Piece", "StreamSpec"]
 _SLOW = object()  # feed the parsers
 _REASONING = object()  # no character route_guard in the text: all reasoning
 _CONTENT = object()  # no character route_guard in the text: all content
-_ARGS = object()  # a JSON-plain text: the arguments of call route_call
+_ARGS = object()  # a JSON-plain text without route_guard: the arguments of call route_call
 _ANY_CONTENT = object()  # any text is content
 
 
@@ -302,7 +302,7 @@ class ChoiceStream:
             if self.route_guard not in text:
                 return Piece(text, "", (), n)
         elif route is _ARGS:
-            if is_plain(text):  # inside a string argument: the text is that call's arguments as it is
+            if is_plain(text) and self.route_guard not in text:  # inside a string argument: the call's arguments
                 return ArgsPiece(self.route_call, text, n)
         elif route is _ANY_CONTENT:
             return Piece(text, "", (), n)
@@ -327,7 +327,7 @@ class ChoiceStream:
             return
         call = tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
         if call is not None and not self.spec.drop_tool_calls:
-            self.route, self.route_call = _ARGS, call
+            self.route, self.route_call, self.route_guard = _ARGS, call, tool.plain_args_guard()
             return
         guard = tool.plain_content_guard()
         if guard is not None:

@@ -141,10 +141,17 @@ class ToolParser(abc.ABC):
     def plain_args_call(self) -> int | None:
         """When not None: the parser is inside a string of call ``index``'s JSON arguments (a call
         it reports: with ``parallel_tool_calls`` false, only call 0), and feeding a text for which
-        ``json_stream.is_plain`` holds would change nothing in it and yield exactly that text as
-        that call's arguments (so the derenderer may skip ``feed`` while the text stays plain).
+        ``json_stream.is_plain`` holds and that does not contain :meth:`plain_args_guard` would
+        change nothing in it and yield exactly that text as that call's arguments (so the
+        derenderer may skip ``feed`` while the text stays plain).
         None: no such shortcut now (the default)."""
         return None
+
+    def plain_args_guard(self) -> str:
+        """With :meth:`plain_args_call`: a character the text must also not contain (the first
+        character of the markers that can end the argument, e.g. ``"<"`` before ``</parameter>``);
+        ``"\x00"``, which no plain text holds, when only ``is_plain`` matters (the default)."""
+        return "\x00"
 
     def plain_content_guard(self) -> str | None:
         """When not None: the character every marker the parser looks for now starts with, or ""

@@ -37,7 +37,7 @@ from typing import Any, ClassVar, Self
 
 from .base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
 from .errors import MalformedSnapshot
-from .tool.json_stream import JsonValueStreamer
+from .tool.json_stream import JsonValueStreamer, is_plain
 
 __all__ = ["HEADER_MAX", "HarmonyMachine", "HarmonyReasoningParser", "HarmonyToolParser", "harmony_parser",
            "is_harmony_model", "parse_header"]
@@ -420,6 +420,9 @@ class HarmonyMachine:
             js = self.js
             if js is None or js.done or js.failed:
                 return  # text after the value (or after the point it broke): dropped
+            if self.committed and js.in_plain_string and is_plain(text):  # inside a string argument
+                out.tool_calls.append(ToolCallDelta(self.calls - 1, None, _ascii(text)))
+                return
             parts: list[str] = []
             js.feed(text, 0, parts)
             args = _ascii("".join(parts))

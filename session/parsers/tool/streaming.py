@@ -74,7 +74,7 @@ class StreamingToolParser(ToolParser):
     def feed(self, text: str) -> ParsedDelta:
         if text:
             call = self.plain_args_call()
-            if call is not None and is_plain(text):  # inside a string argument: the text is its arguments
+            if call is not None and is_plain(text) and self.plain_args_guard() not in text:  # in a string argument
                 return ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=text)])
             self._process(text, final=False)
         return self._take()
