@@ -66,8 +66,9 @@ FAMILIES: dict[str, Family] = {f.tool: f for f in (
         f"<|channel>thought\n{r}<channel|>{c}<|tool_call>call:write_file{{path:<|\"|>plan.md<|\"|>,"
         "content:<|\"|>"), {"enable_thinking": True}),
     Family("openai", "openai_gptoss", "tiny-gpt-oss", lambda r, c: (
-        f"<|channel|>analysis<|message|>{r}<|end|><|start|>assistant<|channel|>commentary to=functions.write_file "
-        '<|constrain|>json<|message|>{"path": "plan.md", "content": "')),
+        f"<|channel|>analysis<|message|>{r}<|end|><|start|>assistant<|channel|>commentary<|message|>{c}<|end|>"
+        "<|start|>assistant<|channel|>commentary to=functions.write_file <|constrain|>json<|message|>"
+        '{"path": "plan.md", "content": "')),
 )}
 
 
