@@ -37,7 +37,15 @@ Cases file schema::
                                                       "tool_calls": [{"name": …, "arguments": …}]}}
        }, ...],
      "render": [{"name": …, "request": {...}}, ...],   # optional: render-only parity cases,
-     "render_on": ["glm-4.6", ...]}                  # also rendered on these assets (no parser flags)
+     "render_on": ["glm-4.6", ...],                  # also rendered on these assets (no parser flags)
+     "messages_render": [{"name": …, "request": {...}}, ...],  # optional: Anthropic messages requests,
+                                                     # rendered by /v1/messages/render (the file's asset)
+     "environ": {"VLLM_SYSTEM_START_DATE": "…"}}     # optional: environment of every vLLM server of the
+                                                     # file (recorded per entry; the test sets the same)
+
+``environ`` is for vLLM's settings that change a prompt: gpt-oss's harmony system message carries today's
+date unless ``VLLM_SYSTEM_START_DATE`` pins it (tokenwire reads the same variable), so the recording and
+the test agree on any day.
 
 ``differs`` (optional) marks a deliberate difference: tokenwire's answer is then vLLM's streaming one
 (``"stream"``) or the given split, instead of vLLM's non-streaming one; docs/parsers.md lists each.
@@ -111,7 +119,8 @@ def free_port() -> int:
 class VllmRender:
     """``vllm launch render DIR`` with the given parser flags, on a free port."""
 
-    def __init__(self, python: str, directory: Path, flags: dict[str, Any], log: Path) -> None:
+    def __init__(self, python: str, directory: Path, flags: dict[str, Any], log: Path,
+                 environ: dict[str, str] | None = None) -> None:
         self.port = free_port()
         args = [python, "-m", "vllm.entrypoints.cli.main", "launch", "render", str(directory),
                 "--port", str(self.port), "--served-model-name", SERVED]
@@ -121,7 +130,8 @@ class VllmRender:
                 args.append(opt)
             elif value not in (None, False):
                 args += [opt, value if isinstance(value, str) else json.dumps(value)]
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+               **(environ or {})}
         self.log = log
         self.proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
@@ -231,6 +241,11 @@ def record(family: str, python: str, version: str) -> Path:
                     "/v1/chat/completions/derender non-streaming ('full') and one token per call with its "
                     "stream_state ('stream')."),
         "vllm_version": version, "cases": {}, "render": {}}
+    environ = dict(spec.get("environ", {}))
+    if spec.get("messages_render"):
+        out["messages_render"] = {}
+        groups.setdefault(json.dumps([spec["asset"], spec.get("flags", {}), spec.get("config", {})],
+                                     sort_keys=True), [])
     seen: set[str] = set()
     with tempfile.TemporaryDirectory() as tmp:
         for n, (key, cases) in enumerate(groups.items()):
@@ -238,7 +253,7 @@ def record(family: str, python: str, version: str) -> Path:
             directory = model_dir(asset, config, Path(tmp) / f"m{n}")
             tok = AutoTokenizer.from_pretrained(str(directory), local_files_only=True)
             print(f"record: {family}: {asset} {flags}: {len(cases)} cases", file=sys.stderr, flush=True)
-            server = VllmRender(python, directory, flags, Path(tmp) / f"vllm{n}.log")
+            server = VllmRender(python, directory, flags, Path(tmp) / f"vllm{n}.log", environ)
             try:
                 for case in cases:
                     name = case["name"]
@@ -264,6 +279,8 @@ def record(family: str, python: str, version: str) -> Path:
                                       "stream": derender_stream(server, request, prompt_ids, served, finish)}}
                     if "differs" in case:
                         entry["differs"] = case["differs"]
+                    if environ:
+                        entry["environ"] = environ
                     out["cases"][name] = entry
                 if key in render_keys:
                     for item in spec.get("render", []):
@@ -274,7 +291,19 @@ def record(family: str, python: str, version: str) -> Path:
                             "asset": asset, "flags": flags, "config": recording_config(asset, config),
                             "request": item["request"], "status": r.status_code,
                             "token_ids": answer.get("token_ids") if r.status_code == 200 else None,
-                            "error": None if r.status_code == 200 else answer.get("error", {}).get("message")}
+                            "error": None if r.status_code == 200 else answer.get("error", {}).get("message"),
+                            **({"environ": environ} if environ else {})}
+                own = [spec["asset"], spec.get("flags", {}), spec.get("config", {})]
+                if "messages_render" in out and [asset, flags, config] == own:
+                    for item in spec["messages_render"]:
+                        r = server.client.post("/v1/messages/render", json={**item["request"], "model": SERVED})
+                        answer = r.json()
+                        out["messages_render"][item["name"]] = {
+                            "asset": asset, "flags": flags, "config": recording_config(asset, config),
+                            "request": item["request"], "status": r.status_code,
+                            "token_ids": answer.get("token_ids") if r.status_code == 200 else None,
+                            "error": None if r.status_code == 200 else str(answer.get("error", answer))[:500],
+                            **({"environ": environ} if environ else {})}
             finally:
                 server.close()
     path = DATA / f"{family}.json"
@@ -284,7 +313,8 @@ def record(family: str, python: str, version: str) -> Path:
                 [(c["name"], c["arguments"]) for c in answer.get("tool_calls") or []])
 
     full_vs_stream = sum(1 for c in out["cases"].values() if split(c["vllm"]["full"]) != split(c["vllm"]["stream"]))
-    print(f"record: {family}: {len(out['cases'])} cases, {len(out['render'])} renders -> {path} "
+    print(f"record: {family}: {len(out['cases'])} cases, {len(out['render'])} renders, "
+          f"{len(out.get('messages_render', {}))} messages renders -> {path} "
           f"(vLLM's stream differs from its non-streaming answer in {full_vs_stream}, tool ids aside)",
           file=sys.stderr)
     return path

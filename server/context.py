@@ -112,6 +112,17 @@ def model_architectures(model_dir: Path) -> tuple[str, ...]:
     return tuple(n for n in names if isinstance(n, str)) if isinstance(names, list) else ()
 
 
+def model_type(model_dir: Path) -> str | None:
+    """The ``model_type`` of the model's ``config.json`` (None without one): ``gpt_oss`` makes vLLM
+    render and derender with harmony (session/render/harmony.py)."""
+    try:
+        config = json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    value = config.get("model_type") if isinstance(config, dict) else None
+    return value if isinstance(value, str) else None
+
+
 def build_context(settings: Settings, gating: Gating, *, engine: Engine | None = None) -> ServerContext:
     """Load the tokenizer and create (but not start) the engine this mode needs."""
     check_model_dir(settings.model_dir)

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from starlette.requests import HTTPConnection
 
 from server import metrics
-from server.context import ServerContext, model_architectures, model_vocab_size
+from server.context import ServerContext, model_architectures, model_type, model_vocab_size
 from server.gating import RouteGroup
 from server.limits import Limiter
 from server.pipeline import Pipeline
@@ -33,6 +33,7 @@ from server.ws.work import Stages
 from session.derender import DerenderService, resolve_parsers
 from session.machine import SessionConfig
 from session.render import Renderer
+from session.render.harmony import HarmonyRender, is_harmony_model_type
 from session.render.vision import Vision
 from session.state import StateCodec
 
@@ -79,9 +80,19 @@ def build_renderer(ctx: ServerContext) -> Renderer:
     renderer = Renderer(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
                         chat_template=s.chat_template, tool_call_parser=s.tool_call_parser,
                         enable_auto_tool_choice=s.enable_auto_tool_choice,
-                        vision=Vision.load(s.model_dir, ctx.tokenizer), architectures=model_architectures(s.model_dir))
+                        vision=Vision.load(s.model_dir, ctx.tokenizer), architectures=model_architectures(s.model_dir),
+                        harmony=harmony_render(ctx))
     return metrics.time_methods(renderer, metrics.RENDER_SECONDS,  # type: ignore[no-any-return]
                                 ("render_chat", "render_completion", "render_messages"))
+
+
+def harmony_render(ctx: ServerContext) -> HarmonyRender | None:
+    """gpt-oss's prompt builder, where vLLM 0.32 uses harmony (config.json ``model_type: gpt_oss``),
+    with vLLM's environment settings for it (``VLLM_SYSTEM_START_DATE``,
+    ``VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS``)."""
+    if not is_harmony_model_type(model_type(ctx.settings.model_dir)):
+        return None
+    return HarmonyRender.from_environ(ctx.tokenizer, ctx.settings.environ)
 
 
 def build_derender_service(ctx: ServerContext, codec: StateCodec) -> DerenderService:

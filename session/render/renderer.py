@@ -30,6 +30,7 @@ from session.render.anthropic import to_openai_chat
 from session.render.conversation import conversation_of, developer_as_system, tool_dicts_of
 from session.render.deepseek_v32 import DeepSeekV32Encoder, function_dicts, uses_encoder
 from session.render.encoder import Encoder, assistant_mask
+from session.render.harmony import HarmonyRender
 from session.render.images import ImageRef
 from session.render.limits import FittedPrompt, check_text_length, fit_mask, fit_prompt
 from session.render.template import ChatTemplate
@@ -89,7 +90,8 @@ class Renderer:
     def __init__(self, tokenizer: Any, *, model_name: str, max_model_len: int,
                  chat_template: str | None = None, tool_call_parser: str | None = None,
                  enable_auto_tool_choice: bool = False, trust_request_chat_template: bool = False,
-                 vision: Vision | None = None, architectures: Sequence[str] = ()) -> None:
+                 vision: Vision | None = None, architectures: Sequence[str] = (),
+                 harmony: HarmonyRender | None = None) -> None:
         if max_model_len < 1:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
         self.tokenizer = tokenizer
@@ -102,6 +104,8 @@ class Renderer:
         # The model's own prompt encoder instead of a chat template, exactly where vLLM 0.32 uses one
         # (DeepSeek-V3.2: config.json's architecture selects its tokenizer mode and renderer).
         self.chat_encoder = DeepSeekV32Encoder() if uses_encoder(architectures) else None
+        # gpt-oss (config.json model_type gpt_oss): harmony messages instead of any template, as vLLM
+        self.harmony = harmony
         self.encoder = Encoder(tokenizer)
         self.max_chars_per_token = self.encoder.max_chars_per_token
         try:
@@ -127,6 +131,8 @@ class Renderer:
         self.check_model(req.model)
         if req.use_beam_search:
             raise RenderError(BEAM_SEARCH, param="use_beam_search")
+        if self.harmony is not None:
+            return self._render_harmony(req, self.harmony, names)
         self._check_tool_choice(req, names)
         chat_encoder = self.chat_encoder
         template: ChatTemplate | None = None
@@ -186,6 +192,19 @@ class Renderer:
                               "fewer messages.", param="truncate_prompt_tokens")
         params = self._chat_sampling(req, fitted.max_tokens, names)
         return self._generate_request(new_request_id("chatcmpl"), fitted, params, req, features)
+
+    def _render_harmony(self, req: ChatCompletionRequest, harmony: HarmonyRender,
+                        names: _FieldNames) -> GenerateRequest:
+        """vLLM's gpt-oss path (session/render/harmony.py): no template and no tool-choice checks
+        (vLLM runs none for harmony); the sampling params are the request's own (vLLM's harmony
+        grammar for forced tool calls is a structural tag, which tokenwire does not build: no
+        JSON-array constraint, which would break the harmony format)."""
+        ids = harmony.ids(req)
+        fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
+                            truncate_prompt_tokens=req.truncate_prompt_tokens, param="messages",
+                            max_tokens_param=names.max_tokens(req))
+        params = req.to_sampling_params(fitted.max_tokens)
+        return self._generate_request(new_request_id("chatcmpl"), fitted, params, req)
 
     def render_completion(self, req: CompletionRequest) -> list[GenerateRequest]:
         self.check_model(req.model)

@@ -15,7 +15,9 @@ A generation that ended on an end token was recorded from vLLM without that toke
 detokenizes it (the recorder's docstring says why); tokenwire gets the ids as an engine sends them.
 
 The render cases of each file check the prompt ids: tokenwire's ``/v1/chat/completions/render`` gives
-the ids vLLM's render gave (or a 400 where vLLM refused the request).
+the ids vLLM's render gave (or a 400 where vLLM refused the request); the ``messages_render`` cases do the
+same for Anthropic requests through ``/v1/messages/render``. An entry's ``environ`` (vLLM's environment
+when it was recorded, e.g. ``VLLM_SYSTEM_START_DATE`` for gpt-oss's date line) is tokenwire's too.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ DATA = Path(__file__).parents[1] / "data" / "vllm" / "parsers"
 FILES = {p.stem: json.loads(p.read_text(encoding="utf-8")) for p in sorted(DATA.glob("*.json"))}
 CASES = [(family, name) for family, data in FILES.items() for name in data["cases"]]
 RENDERS = [(family, name) for family, data in FILES.items() for name in data.get("render", {})]
+MESSAGES_RENDERS = [(family, name) for family, data in FILES.items() for name in data.get("messages_render", {})]
 DOCS = (Path(__file__).parents[2] / "docs" / "parsers.md").read_text(encoding="utf-8")
 # vLLM's ids that are random per call ("chatcmpl-tool-…" / 16 hex, Mistral's 9 alphanumerics): not compared
 _RANDOM_ID = re.compile(r"^((chatcmpl-tool-)?[0-9a-f]{16}|[A-Za-z0-9]{9})$")
@@ -65,9 +68,9 @@ def _model_dir(asset: str, config: str) -> Path:
 
 
 @functools.cache
-def _client(asset: str, flags: str, config: str) -> TestClient:
-    settings = Settings(mode=Mode.RENDER, model_dir=_model_dir(asset, config), served_model_name="m", environ={},
-                        state_secret=SECRET, **json.loads(flags))
+def _client(asset: str, flags: str, config: str, environ: str = "{}") -> TestClient:
+    settings = Settings(mode=Mode.RENDER, model_dir=_model_dir(asset, config), served_model_name="m",
+                        environ=json.loads(environ), state_secret=SECRET, **json.loads(flags))
     ctx = build_context(settings, decide(Mode.RENDER, {}))
     client = TestClient(create_app(ctx))
     client.__enter__()
@@ -75,7 +78,8 @@ def _client(asset: str, flags: str, config: str) -> TestClient:
 
 
 def client_for(entry: dict[str, Any]) -> TestClient:
-    return _client(entry["asset"], json.dumps(entry["flags"], sort_keys=True), json.dumps(entry["config"], sort_keys=True))
+    return _client(entry["asset"], json.dumps(entry["flags"], sort_keys=True), json.dumps(entry["config"], sort_keys=True),
+                   json.dumps(entry.get("environ", {}), sort_keys=True))
 
 
 def _norm(split: dict[str, Any]) -> dict[str, Any]:
@@ -180,6 +184,18 @@ def test_the_render_gives_vllms_prompt_ids(family: str, name: str) -> None:
     item = FILES[family]["render"][name]
     client = client_for(item)
     r = client.post("/v1/chat/completions/render", json={**item["request"], "model": "m"})
+    if item["status"] != 200:
+        assert r.status_code == 400, r.text
+        return
+    assert r.status_code == 200, r.text
+    assert r.json()["token_ids"] == item["token_ids"]
+
+
+@pytest.mark.parametrize(("family", "name"), MESSAGES_RENDERS, ids=[f"{f}/{n}" for f, n in MESSAGES_RENDERS])
+def test_the_messages_render_gives_vllms_prompt_ids(family: str, name: str) -> None:
+    item = FILES[family]["messages_render"][name]
+    client = client_for(item)
+    r = client.post("/v1/messages/render", json={**item["request"], "model": "m"})
     if item["status"] != 200:
         assert r.status_code == 400, r.text
         return
