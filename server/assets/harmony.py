@@ -31,6 +31,7 @@ from typing import Any
 
 from server.assets import downloads
 from server.assets.cache import progress
+from server.assets.models import TINY_DTYPE, TINY_SEED, TOKENIZER_FILES
 
 TOKENIZER = "gpt-oss"
 TINY = "tiny-gpt-oss"
@@ -176,9 +177,6 @@ def build_tiny(out: Path, ensure: Ensure) -> None:
     """Random (seeded) GptOssForCausalLM weights next to a copy of the gpt-oss tokenizer."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM, GenerationConfig
-
-    from server.assets.models import TINY_DTYPE, TINY_SEED, TOKENIZER_FILES
-
     tok_dir = ensure(TOKENIZER)
     progress(f"{TINY} 1/2: random gpt_oss weights (seed {TINY_SEED})")
     for fname in (*TOKENIZER_FILES, "harmony-vocab.json"):

@@ -192,6 +192,10 @@ LAZY_IMPORTS = {
     ("server/assets/models.py", "tokenizers"): "the Rust tokenizers library, only while building the default model",
     ("server/assets/tokenizers.py", "gguf"): "reads a GGUF vocabulary while building a tokenizer asset (gguf "
                                              "loads numpy: half a second, for `tokenwire --help` too)",
+    ("server/assets/harmony.py", "transformers"): "builds the gpt-oss assets: transformers only while building",
+    ("server/assets/harmony.py", "tokenizers"): "the Rust tokenizers library, only while building the gpt-oss "
+                                                "tokenizer",
+    ("server/assets/harmony.py", "torch"): "builds the tiny gpt-oss model: torch only while building",
 }
 
 
