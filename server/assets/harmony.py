@@ -1,21 +1,13 @@
 """gpt-oss assets: the o200k harmony tokenizer from the pinned ``oss-harmony`` wheel, and a tiny model.
 
-* ``gpt-oss``: ``tokenizer.json`` rebuilt from the o200k_base vocabulary that ``oss-harmony`` (the
-  harmony library vLLM 0.32 requires, pinned at the version vLLM has) embeds, zstd-compressed, in
-  its native module. We never install the wheel: its native module is loaded from the extracted
-  file in a subprocess (``sys.executable``, no pydantic needed: the module itself, not the package),
-  which dumps every token's bytes, the harmony special tokens and the library's own encoding of a
-  few test texts. The BPE merges are derived from the ranks as transformers' ``TikTokenConverter``
-  does; the build then checks that the tokenizer encodes the test texts to the library's ids.
-  Added tokens 199998..200018 (``<|startoftext|>`` .. ``<|endofprompt|>``) are the published
-  gpt-oss tokenizer's; the chat template is llama.cpp's ``openai-gpt-oss-120b.jinja`` (vLLM does
-  not use it for chat: it renders gpt-oss with harmony).
-* ``tiny-gpt-oss``: a random-weight ``GptOssForCausalLM`` (transformers' architecture: attention
-  sinks, alternating sliding / full attention, a 4-expert MoE) on that tokenizer, with the
-  published gpt-oss ``generation_config`` end ids (``<|return|>``, ``<|endoftext|>``, ``<|call|>``).
+* ``gpt-oss``: ``tokenizer.json`` rebuilt from the vocabulary the wheel's native module embeds (the
+  module is loaded from the extracted wheel in a subprocess, never installed), BPE merges derived
+  from the ranks, checked against the library's own encoding of test texts;
+* ``tiny-gpt-oss``: a random-weight ``GptOssForCausalLM`` on that tokenizer, with gpt-oss's
+  ``generation_config`` end ids.
 
-The same layout as ``tokenizers.py`` / ``models.py``: torch, transformers and tokenizers are imported
-inside the functions.
+How and why, step by step: docs/assets.md, "gpt-oss". torch, transformers and tokenizers are
+imported inside the functions, as in ``tokenizers.py`` / ``models.py``.
 """
 
 from __future__ import annotations

