@@ -12,6 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from engine.json_depth import MAX_JSON_DEPTH, too_deep
+
 # vLLM's StructuredOutputsParams, field for field, in its order.
 CONSTRAINT_FIELDS = ("json", "regex", "choice", "grammar", "json_object", "structural_tag")
 _DEFAULTS: dict[str, Any] = {
@@ -86,8 +88,11 @@ def read_structured_outputs(raw: Any) -> StructuredSpec | Problem | None:
         if isinstance(value, str):
             try:
                 value = json.loads(value)
-            except ValueError:
+            except (ValueError, RecursionError):
                 return Problem("json must be a JSON schema (an object, or a string holding one)", "json")
+            if too_deep(value, raw=raw[kind]) is not None:  # the compile worker serializes it again
+                return Problem(f"(a JSON string) nests deeper than {MAX_JSON_DEPTH} levels of JSON arrays and "
+                               f"objects; flatten it to at most {MAX_JSON_DEPTH} levels", "json")
         if not isinstance(value, dict | bool):
             return Problem("json must be a JSON schema object", "json")
         bad = unsupported_schema_feature(value)

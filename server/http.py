@@ -11,6 +11,7 @@ from pydantic import BaseModel, ValidationError
 from starlette.requests import Request
 from starlette.responses import Response
 
+from engine.json_depth import SHOWN, field_name, too_deep, too_deep_message
 from server.errors import ApiError, describe_validation_error
 
 M = TypeVar("M", bound=BaseModel)
@@ -20,7 +21,8 @@ MAX_BODY_BYTES = 64 * 1024 * 1024
 
 async def read_json(request: Request, *, expect: type = dict) -> Any:
     """The request body as JSON. 415 for a missing or non-JSON content type, 413 past the size
-    limit, 400 for invalid JSON or a top-level value of the wrong kind.
+    limit, 400 for invalid JSON, a top-level value of the wrong kind or nesting past
+    :data:`~engine.json_depth.MAX_JSON_DEPTH` levels.
 
     The content type is required: a web page may POST ``text/plain`` (or no type at all) to any
     server without a CORS preflight, and a server that read such a body as JSON would start
@@ -44,6 +46,9 @@ async def read_json(request: Request, *, expect: type = dict) -> Any:
     if not isinstance(data, expect):
         kind = "object" if expect is dict else "array"
         raise ApiError(400, f"Request body must be a JSON {kind}.")
+    deep = too_deep(data, raw=body)
+    if deep is not None:  # before any part of it is serialized again (engine/json_depth.py)
+        raise ApiError(400, too_deep_message(field_name(deep)), param=field_name(deep[:SHOWN]))
     return data
 
 

@@ -15,7 +15,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import anyio
-import orjson
 
 from engine.errors import EngineUnavailable
 from engine.interface import Engine, EngineStream
@@ -29,7 +28,7 @@ from server.pipeline_stream import (
     PipelineStream,
     _Prepared,
 )
-from server.render_work import render_work
+from server.render_work import json_size, render_work
 from session.client_frames import Kind
 from session.derender import (
     ChatDerenderer,
@@ -285,5 +284,6 @@ class _StopWatch:
 
 
 def _size(body: dict[str, Any]) -> int:
-    """The request body's size as JSON (what decides where it renders: ``server.render_work``)."""
-    return len(orjson.dumps(body))
+    """About the request body's size as JSON, up to just past the inline limit (what decides where it
+    renders: ``server.render_work``); never serialized again, so any body the reader took is measured."""
+    return json_size(body)

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, NonNegativeInt, TypeAdapter, ValidationError
 
+from engine.json_depth import SHOWN, field_name, too_deep, too_deep_message
+
 PROTOCOL_VERSION = 1
 SUPPORTED_VERSIONS = (1,)
 SUBPROTOCOL_PREFIX = "tokenwire.v"  # "tokenwire.v1"
@@ -188,13 +190,17 @@ def decode_client_frame(data: bytes | str) -> ClientFrame:
     """Decode one client text message.
 
     Raises :class:`FatalFrameError` (not JSON: 1007; not an object with a string ``type``: 1002)
-    or :class:`FrameError` (``unknown_type``, ``invalid_frame``)."""
+    or :class:`FrameError` (``unknown_type``, ``invalid_frame``; also for nesting past
+    :data:`~engine.json_depth.MAX_JSON_DEPTH` levels)."""
     try:
         # The HTTP bodies' JSON reader: a number a server frame could not echo (an integer past 64
         # bits) is read as orjson reads it, never kept as an unbounded Python int.
         raw = orjson.loads(data)
     except orjson.JSONDecodeError:
         raise _unreadable(data) from None
+    deep = too_deep(raw, raw=data)
+    if deep is not None:  # before any part of it is serialized again (engine/json_depth.py)
+        raise _too_deep(raw, deep) from None
     try:
         return CLIENT_FRAMES.validate_python(raw)
     except ValidationError as exc:
@@ -213,6 +219,15 @@ def _unreadable(data: bytes | str) -> Exception:
     return FrameError("invalid_frame", "Invalid frame: a string holds an unpaired UTF-16 surrogate escape "
                       "(such as \\ud83d without its pair); send well-formed Unicode text.",
                       event_id=_echoable(raw.get("event_id"), 0), request_id=_echoable(raw.get("id"), 1))
+
+
+def _too_deep(raw: Any, path: list[str | int]) -> Exception:
+    envelope = _envelope(raw)
+    if isinstance(envelope, FatalFrameError):
+        return envelope
+    return FrameError("invalid_frame", f"Invalid {envelope[:64]} frame: {too_deep_message(field_name(path))}",
+                      event_id=_echoable(raw.get("event_id"), 0), request_id=_echoable(raw.get("id"), 1),
+                      param=field_name(path[:SHOWN]))
 
 
 def _envelope(raw: Any) -> FatalFrameError | str:

@@ -19,12 +19,12 @@ from contextlib import AbstractAsyncContextManager
 from typing import Any
 
 import anyio.to_thread
-import orjson
 
 from engine.interface import EngineStream
 from engine.protocol import GenerateRequest
 from server.pipeline import Pipeline
 from server.pipeline_stream import PipelineStream, StreamEvent
+from server.render_work import json_size
 from session.client_frames import Kind
 from session.derender import INLINE_BODY_BYTES, DerenderService
 
@@ -46,7 +46,7 @@ class PipelineStages:
     async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]:
         service = self.derender
         assert service is not None, "derender frames are gated with the derender routes"
-        if len(orjson.dumps(body)) > INLINE_BODY_BYTES:
+        if json_size(body, INLINE_BODY_BYTES) > INLINE_BODY_BYTES:
             return await anyio.to_thread.run_sync(lambda: service.step(kind, body, now=int(time.time())))
         return service.step(kind, body, now=int(time.time()))
 

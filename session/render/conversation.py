@@ -9,6 +9,7 @@ from typing import Any
 
 import orjson
 
+from engine.json_depth import too_deep, too_deep_message
 from session.errors import RenderError
 from session.protocol.openai import ChatMessage, ContentPart, Tool, ToolCall
 from session.render.images import ImageRef
@@ -31,7 +32,8 @@ def conversation_of(messages: list[ChatMessage], content_format: ContentFormat, 
                                 "content": _content(msg.content, content_format, index, images, placeholder)}
         if role == "assistant":
             if msg.tool_calls:
-                item["tool_calls"] = [_tool_call(tc) for tc in msg.tool_calls]
+                item["tool_calls"] = [_tool_call(tc, f"messages[{index}].tool_calls[{k}].function.arguments")
+                                      for k, tc in enumerate(msg.tool_calls)]
             reasoning = msg.reasoning if msg.reasoning is not None else msg.reasoning_content
             if reasoning is not None:
                 item["reasoning"] = reasoning
@@ -125,7 +127,7 @@ def _image_ref(part: ContentPart, index: int, j: int) -> ImageRef:
     return ImageRef(url, where, param)
 
 
-def _tool_call(tc: ToolCall) -> dict[str, Any]:
+def _tool_call(tc: ToolCall, where: str) -> dict[str, Any]:
     fn = tc.function
     arguments: Any = fn.arguments
     if not arguments:
@@ -137,6 +139,8 @@ def _tool_call(tc: ToolCall) -> dict[str, Any]:
             parsed = orjson.loads(arguments)
         except orjson.JSONDecodeError:
             parsed = {}
+        if too_deep(parsed, raw=arguments) is not None:  # templates serialize it again (tojson)
+            raise RenderError(too_deep_message(f"{where} (a JSON string)"), param=where)
         if not isinstance(parsed, dict):
             parsed = {}
     function: dict[str, Any] = {"name": fn.name, "arguments": parsed, **(fn.model_extra or {})}
