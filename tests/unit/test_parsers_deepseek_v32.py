@@ -17,7 +17,7 @@ from session.parsers.base import ParserContext
 from session.parsers.errors import MalformedSnapshot
 from session.parsers.reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningParser
 from session.parsers.tool.deepseek_v32 import HOLD, DeepSeekV32ToolParser
-from session.parsers.tool.schema_coerce import coerce_string, coerce_value, schema_types, string_stays_string
+from session.parsers.tool.schema_values import always_string, coerce, fit, types_of
 
 from .parsers_harness import Split, one_shot, random_splits, split_at, streamed
 
@@ -237,19 +237,19 @@ def test_long_values_are_decided_at_the_hold_bound_the_same_way_at_any_split() -
     ('{"a": 1}', ["object"], {"a": 1}), ("[1e999]", ["array"], "[1e999]"), ("[1]", ["foo"], [1]),
 ])
 def test_coerce_string(value: str, types: list[str], want: Any) -> None:
-    got = coerce_string(value, types)
+    got = coerce(value, types_of({"type": types}))
     assert got == want and type(got) is type(want)
 
 
 def test_coerce_value_and_schema_types() -> None:
-    assert coerce_value(5, {"type": "string"}) == "5"
-    assert coerce_value(None, {"type": "string"}) == "null"
-    assert coerce_value(1, {"type": "boolean"}) is True
-    assert coerce_value({"n": "5", "s": 1}, {"type": "object", "properties": {"n": {"type": "integer"}}}) == {"n": 5, "s": 1}
-    assert coerce_value(["1", "x"], {"type": "array", "items": {"type": "integer"}}) == [1, "x"]
-    assert schema_types({"anyOf": [{"type": "string"}, {"enum": [1, None]}]}) == {"string", "integer", "null"}
-    assert string_stays_string({"type": "string", "enum": ["a"]}) and string_stays_string(None)
-    assert not string_stays_string({"type": ["string", "null"]}) and not string_stays_string({"type": "foo"})
+    assert fit(5, {"type": "string"}) == "5"
+    assert fit(None, {"type": "string"}) == "null"
+    assert fit(1, {"type": "boolean"}) is True
+    assert fit({"n": "5", "s": 1}, {"type": "object", "properties": {"n": {"type": "integer"}}}) == {"n": 5, "s": 1}
+    assert fit(["1", "x"], {"type": "array", "items": {"type": "integer"}}) == [1, "x"]
+    assert types_of({"anyOf": [{"type": "string"}, {"enum": [1, None]}]}) == {"string", "integer", "null"}
+    assert always_string(types_of({"type": "string", "enum": ["a"]})) and always_string(types_of(None))
+    assert not always_string(types_of({"type": ["string", "null"]})) and not always_string(types_of({"type": "foo"}))
 
 
 # -- reasoning ---------------------------------------------------------------------------------

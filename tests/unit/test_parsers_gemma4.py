@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot, ParserContext
 from session.parsers.reasoning.gemma4 import Gemma4ReasoningParser
 from session.parsers.tool.gemma4 import DROPPED, Gemma4ToolParser
-from session.parsers.tool.gemma4_args import coerce, schema_types, streams_as_string
+from session.parsers.tool.schema_values import always_string, coerce, types_of
 
 from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
@@ -327,14 +327,15 @@ def test_nested_values_stream_before_their_object_closes() -> None:
     ("[1]", ["array"], [1]), ("5", ["string", "integer"], 5), ("5", ["str"], "5"), ("NaN", ["foo"], "NaN"),
 ])
 def test_coerce_as_vllm(value: str, types: list[str], want: Any) -> None:
-    assert coerce(value, types) == want and type(coerce(value, types)) is type(want)
+    got = coerce(value, types_of({"type": types}))
+    assert got == want and type(got) is type(want)
 
 
 def test_schema_types_and_streaming_strings() -> None:
-    assert sorted(schema_types({"anyOf": [{"type": "integer"}, {"enum": ["a", None]}]})) == ["integer", "null", "string"]
-    assert schema_types({}) == ["string"]
-    assert streams_as_string(None) and streams_as_string({"type": "string"}) and streams_as_string({"type": "TEXT"})
-    assert not streams_as_string({"type": ["string", "null"]}) and not streams_as_string({"type": "integer"})
+    assert sorted(types_of({"anyOf": [{"type": "integer"}, {"enum": ["a", None]}]}) or ()) == ["integer", "null", "string"]
+    assert types_of({}) == {"string"}
+    assert always_string(None) and always_string(types_of({"type": "string"})) and always_string(types_of({"type": "TEXT"}))
+    assert not always_string(types_of({"type": ["string", "null"]})) and not always_string(types_of({"type": "integer"}))
 
 
 # -- the contract --------------------------------------------------------------------------------

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot
 from session.parsers.base import ParsedDelta, ParserContext
 from session.parsers.reasoning.glm import GlmReasoningParser
-from session.parsers.tool.glm import GlmToolParser, coerce, normalized_types, schema_types
+from session.parsers.tool.glm import GlmToolParser
 from session.parsers.tool.json_stream import escape_lone_surrogates
+from session.parsers.tool.schema_values import coerce, types_of
 
 from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
@@ -231,7 +232,7 @@ def test_well_formed_calls_give_vllms_arguments(pairs: list[tuple[str, str]]) ->
     seen: set[str] = set()
     pairs = [(k, v) for k, v in pairs if not (k.strip() in seen or seen.add(k.strip()))]  # type: ignore[func-returns-value]
     props = TOOLS[0]["function"]["parameters"]["properties"]
-    want = escape_lone_surrogates(json.dumps({k.strip(): coerce(v, normalized_types(schema_types(props[k.strip()])))
+    want = escape_lone_surrogates(json.dumps({k.strip(): coerce(v, types_of(props[k.strip()]))
                                               if k.strip() in props else v for k, v in pairs}, ensure_ascii=False))
     for text in (c47("get_weather", *pairs), c46("get_weather", *pairs)):
         assert one_shot(T, text, CTX) == Split(calls=(("get_weather", want),))
@@ -326,13 +327,13 @@ def test_reasoning_restore_refuses_a_bad_snapshot(snapshot: Any) -> None:
     ("[1e999]", {"array"}, "[1e999]"),
 ])
 def test_coerce_reads_values_as_vllm(value: str, types: set[str], want: Any) -> None:
-    got = coerce(value, normalized_types(types))
+    got = coerce(value, types_of({"type": sorted(types)}))
     assert got == want and type(got) is type(want)
 
 
 def test_schema_types_as_vllm() -> None:
-    assert schema_types({"enum": ["a", 1, 1.5, None, True, [], {}]}) == {"string", "integer", "number", "null", "boolean",
+    assert types_of({"enum": ["a", 1, 1.5, None, True, [], {}]}) == {"string", "integer", "number", "null", "boolean",
                                                                          "array", "object"}
-    assert schema_types({"anyOf": [{"type": "integer"}, {"oneOf": [{"type": ["string", "null"]}]}]}) == {
+    assert types_of({"anyOf": [{"type": "integer"}, {"oneOf": [{"type": ["string", "null"]}]}]}) == {
         "integer", "string", "null"}
-    assert schema_types({}) == schema_types(None) == {"string"}
+    assert types_of({}) == {"string"} and types_of(None) is None

@@ -17,7 +17,8 @@ from hypothesis import strategies as st
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot
 from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolParser
 from session.parsers.reasoning.minimax_m2 import MiniMaxM2AppendThinkReasoningParser, MiniMaxM2ReasoningParser
-from session.parsers.tool.minimax_m2 import MinimaxM2ToolParser, coerce, schema_types
+from session.parsers.tool.minimax_m2 import MinimaxM2ToolParser
+from session.parsers.tool.schema_values import coerce, types_of
 
 from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
@@ -351,7 +352,7 @@ def test_chained_streams_like_one_shot(text: str, data: st.DataObject) -> None:
     ("1", {"enum": ["a", 1]}, 1), ("5", {"type": "str"}, "5"), ("5", {}, "5"), ("yes", {"type": "boolean"}, "yes"),
 ])
 def test_coerce_as_vllm(value: str, schema: dict[str, Any], want: Any) -> None:
-    got = coerce(value, schema_types(schema))
+    got = coerce(value, types_of(schema))
     assert got == want and type(got) is type(want)
 
 

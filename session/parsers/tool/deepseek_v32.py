@@ -9,7 +9,7 @@
 
 Content is the text before the first wrapper or invoke; a call's arguments are
 ``json.dumps({name: value, …})`` with ``string="true"`` values kept as text, others read as JSON,
-each fitted to the tool's schema (``schema_coerce``). Arguments stream: a key once its tag is
+each fitted to the tool's schema (``schema_values``). Arguments stream: a key once its tag is
 read, a string value as it comes, other values when they end. The rules and the deliberate
 differences from vLLM: docs/parsers.md, "deepseek_v32".
 """
@@ -22,13 +22,7 @@ from typing import Any
 from ..base import ParserContext
 from ..markers import held_suffix_len
 from .json_stream import JSON_WS, JsonValueStreamer, _esc, escape_lone_surrogates, is_plain
-from .schema_coerce import (
-    coerce_members,
-    coerce_value,
-    may_be_container,
-    string_stays_string,
-    tool_properties,
-)
+from .schema_values import always_string, fit, fit_members, may_be_container, properties_of, types_of
 from .streaming import StreamingToolParser
 
 DSML = "｜DSML｜"
@@ -205,7 +199,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
 
     # -- the schema ----------------------------------------------------------------------------
     def _props(self, name: str) -> dict[str, Any]:
-        return tool_properties(self.ctx.tools, name) if self.ctx.tools else {}
+        return properties_of(self.ctx.tools, name) if self.ctx.tools else {}
 
     def _prop(self, key: str) -> Any:
         return self._props(self._fn.strip()).get(key)
@@ -399,7 +393,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             return
         self._member(key)
         prop = props.get(key) if props else None
-        if flag == "true" and string_stays_string(prop):
+        if flag == "true" and always_string(types_of(prop)):
             self._vmode = "S"
             self.add_args('"')
         else:
@@ -423,7 +417,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
                 self.add_args("".join(out))
         else:
             self._raw += text
-            if mode == "H" and self._pstr != "true" and string_stays_string(self._prop(self._pkey)):
+            if mode == "H" and self._pstr != "true" and always_string(types_of(self._prop(self._pkey))):
                 first = self._raw.lstrip(JSON_WS)
                 if first and first[0] not in _JSON_START:  # not JSON: the text is a string
                     self._vmode, raw, self._raw = "S", self._raw, ""
@@ -439,7 +433,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             self._member(self._pkey)
         first = raw.lstrip(JSON_WS)[:1]
         as_json = first in _JSON_START if self._pstr != "true" else (
-            first in ("{", "[") and may_be_container(self._prop(self._pkey)))
+            first in ("{", "[") and may_be_container(types_of(self._prop(self._pkey))))
         if as_json:
             self._vmode = "J"
             self._json = JsonValueStreamer()
@@ -453,7 +447,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
     def _final(self, key: str, flag: str | None, raw: str) -> Any:
         value = raw if flag == "true" else _loads_or_text(raw)
         prop = self._prop(key)
-        return coerce_value(value, prop) if isinstance(prop, dict) else value
+        return fit(value, prop) if isinstance(prop, dict) else value
 
     def _end_value(self) -> None:
         mode = self._vmode
@@ -503,5 +497,5 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             return None
         props = self._props(self._fn.strip())
         if props:
-            coerce_members(inner, props)
+            fit_members(inner, props)
         return _dumps(inner)

@@ -29,8 +29,9 @@ from typing import Any
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
-from .gemma4_args import ArgsReader, tool_properties
+from .gemma4_args import ArgsReader
 from .json_stream import without_lone_surrogates
+from .schema_values import properties_of
 from .streaming import StreamingToolParser
 
 CHANNEL_START = "<|channel>"
@@ -93,7 +94,7 @@ class Gemma4ToolParser(StreamingToolParser):
         self._fname, self._call = str(state["f"]), str(state["c"])
         self._drop, self._ws, self._seen = bool(state["d"]), str(state["w"]), bool(state["s"])
         args = state["a"]
-        self._args = None if args is None else ArgsReader.load(tool_properties(self.ctx.tools, self._call), args)
+        self._args = None if args is None else ArgsReader.load(properties_of(self.ctx.tools, self._call), args)
 
     def plain_content_guard(self) -> str | None:
         # Only without the whitespace rules (tool_choice "none" with tools) is plain text content as it is.
@@ -185,7 +186,7 @@ class Gemma4ToolParser(StreamingToolParser):
         if self._emit:
             self._call = without_lone_surrogates(name)
             self.open_call(self._call)
-            self._args = ArgsReader(tool_properties(self.ctx.tools, self._call))
+            self._args = ArgsReader(properties_of(self.ctx.tools, self._call))
             self.add_args(self._args.feed(""))
 
     def _end_call(self) -> None:

@@ -10,7 +10,7 @@ vLLM's non-streaming answer (``vllm.parser.gemma4``: the converter, then ``Parse
 fix) is ``json.dumps`` of a dict in which every scalar is the *string* the model wrote (bare values
 stripped, strings verbatim), then coerced by the request's tool schema: a property typed
 ``integer`` / ``number`` / ``boolean`` / ``null`` / ``object`` / ``array`` turns ``"3"`` into ``3``
-as vLLM's ``coerce_to_schema_type`` does; without a schema (an unknown function, no ``properties``)
+as vLLM's ``coerce_to_schema_type`` does (``schema_values``); without a schema (an unknown function, no ``properties``)
 values stay strings. :class:`ArgsReader` produces that text in pieces as the model writes:
 
 - raw text → the arguments with outer whitespace and the closing ``}`` (or ``)``) removed, as the
@@ -34,8 +34,9 @@ follows it; here what was streamed stays.
 from __future__ import annotations
 
 import json
-import math
 from typing import Any
+
+from .schema_values import always_string, coerce, types_of
 
 DELIM = '<|"|>'
 _D = 0  # the token code of a whole delimiter (every other token is a one-character str)
@@ -48,115 +49,6 @@ _END_ARR_BARE = frozenset(",]")  # and in an array
 Token = str | int
 
 
-# -- the schema side: vLLM's extract_types_from_schema / coerce_to_schema_type -------------------
-
-_TYPE_ALIASES = {
-    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
-    "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
-    "uint64": "integer", "long": "integer", "short": "integer", "unsigned": "integer",
-    "float": "number", "float32": "number", "float64": "number", "double": "number",
-    "bool": "boolean", "dict": "object", "arr": "array", "list": "array", "sequence": "array",
-}
-_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
-
-
-def schema_types(schema: Any) -> list[str]:
-    """The type names a JSON schema allows (``type``, ``enum`` values, ``anyOf`` / ``oneOf`` /
-    ``allOf``), ``["string"]`` when it names none."""
-    if not isinstance(schema, dict):
-        return ["string"]
-    types: set[str] = set()
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        types.add(kind)
-    elif isinstance(kind, list):
-        types.update(t for t in kind if isinstance(t, str))
-    enum = schema.get("enum")
-    if isinstance(enum, list):
-        for value in enum:
-            if value is None:
-                types.add("null")
-            elif isinstance(value, bool):
-                types.add("boolean")
-            elif isinstance(value, int):
-                types.add("integer")
-            elif isinstance(value, float):
-                types.add("number")
-            elif isinstance(value, str):
-                types.add("string")
-            elif isinstance(value, list):
-                types.add("array")
-            elif isinstance(value, dict):
-                types.add("object")
-    for key in ("anyOf", "oneOf", "allOf"):
-        choices = schema.get(key)
-        if isinstance(choices, list):
-            for choice in choices:
-                types.update(schema_types(choice))
-    return list(types) if types else ["string"]
-
-
-def _normalized(types: list[str]) -> set[str]:
-    return {_TYPE_ALIASES.get(k, k) for k in (t.strip().lower() for t in types)}
-
-
-def _finite(value: Any) -> bool:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
-def coerce(value: str, types: list[str]) -> Any:
-    """A model's raw string converted to the first schema type it reads as (null, integer,
-    number, boolean, object, array, string), else ``json.loads`` of it, else the string."""
-    allowed = _normalized(types)
-    for kind in _PRIORITY:
-        if kind not in allowed:
-            continue
-        if kind == "null":
-            if value.lower() == "null":
-                return None
-        elif kind == "string":
-            return value
-        elif kind == "integer":
-            try:
-                return int(value)
-            except (ValueError, TypeError):
-                pass
-        elif kind == "number":
-            try:
-                number = float(value)
-            except (ValueError, TypeError):
-                continue
-            if math.isfinite(number):
-                return number if number != int(number) else int(number)
-        elif kind == "boolean":
-            low = value.lower().strip()
-            if low in ("true", "1"):
-                return True
-            if low in ("false", "0"):
-                return False
-        else:
-            try:
-                parsed = json.loads(value)
-            except (ValueError, TypeError):
-                continue
-            if _finite(parsed):
-                return parsed
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return value
-    return parsed if _finite(parsed) else value
-
-
-def streams_as_string(schema: dict[str, Any] | None) -> bool:
-    """Whether a string value under ``schema`` is certain to stay that string."""
-    return schema is None or _normalized(schema_types(schema)) == {"string"}
-
-
 def dump(value: Any) -> str:
     from .json_stream import escape_lone_surrogates
 
@@ -165,18 +57,6 @@ def dump(value: Any) -> str:
 
 def _esc(text: str) -> str:
     return dump(text)[1:-1]
-
-
-def tool_properties(tools: tuple[dict[str, Any], ...], name: str) -> dict[str, Any] | None:
-    """The ``properties`` of the first request tool called ``name``; None when it has none (vLLM
-    then converts nothing)."""
-    for tool in tools:
-        fn = tool.get("function") if isinstance(tool, dict) else None
-        if isinstance(fn, dict) and fn.get("name") == name:
-            params = fn.get("parameters") or {}
-            props = params.get("properties") if isinstance(params, dict) else None
-            return props if isinstance(props, dict) and props else None
-    return None
 
 
 def _dict_or_none(value: Any) -> dict[str, Any] | None:
@@ -397,7 +277,7 @@ class ArgsReader:
 
     def _value(self, lv: _Level, raw: str) -> None:
         schema = lv.value_schema()
-        value: Any = raw if schema is None else coerce(raw, schema_types(schema))
+        value: Any = raw if schema is None else coerce(raw, types_of(schema))
         self._emit(self._prefix(lv) + dump(value))
 
     def _bare(self, lv: _Level) -> None:
@@ -421,7 +301,7 @@ class ArgsReader:
 
     def _start_string(self, lv: _Level) -> None:
         lv.s = "str"
-        lv.hold = not streams_as_string(lv.value_schema())
+        lv.hold = not always_string(types_of(lv.value_schema()))
         lv.val = ""
         if not lv.hold:
             self._emit(self._prefix(lv) + '"')

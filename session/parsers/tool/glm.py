@@ -38,12 +38,12 @@ the last value at the first key's place).
 from __future__ import annotations
 
 import json
-import math
 from typing import Any, ClassVar
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
 from .json_stream import JsonValueStreamer, escape_lone_surrogates, is_plain, without_lone_surrogates
+from .schema_values import always_string, coerce, json_capable, value_types
 from .streaming import StreamingToolParser
 
 START = "<tool_call>"
@@ -69,110 +69,6 @@ _MARKERS: dict[str, tuple[str, ...]] = {
     "seek": (KEY, END), "key": (KEY_END, END), "val": (VALUE_END, END),
 }
 _LONGEST = max(len(m) for m in (START, END, KEY, KEY_END, VALUE, VALUE_END))
-
-# -- vLLM's schema conversion (``vllm.tool_parsers.utils``), reproduced -------------------------
-_TYPE_ALIASES = {
-    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
-    "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
-    "uint64": "integer", "long": "integer", "short": "integer", "unsigned": "integer",
-    "float": "number", "float32": "number", "float64": "number", "double": "number",
-    "bool": "boolean", "dict": "object", "arr": "array", "list": "array", "sequence": "array",
-}
-_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
-_NOT_STRING = frozenset(_PRIORITY[:-1])
-
-
-def schema_types(schema: Any) -> set[str]:
-    """The types a JSON schema allows (``type``, ``enum`` values, ``anyOf`` / ``oneOf`` /
-    ``allOf``), as vLLM's ``extract_types_from_schema``; ``{"string"}`` when it says nothing."""
-    if not isinstance(schema, dict):
-        return {"string"}
-    types: set[str] = set()
-    value = schema.get("type")
-    if isinstance(value, str):
-        types.add(value)
-    elif isinstance(value, list):
-        types.update(t for t in value if isinstance(t, str))
-    enum = schema.get("enum")
-    if isinstance(enum, list):
-        for v in enum:
-            if v is None:
-                types.add("null")
-            elif isinstance(v, bool):
-                types.add("boolean")
-            elif isinstance(v, int):
-                types.add("integer")
-            elif isinstance(v, float):
-                types.add("number")
-            elif isinstance(v, str):
-                types.add("string")
-            elif isinstance(v, list):
-                types.add("array")
-            elif isinstance(v, dict):
-                types.add("object")
-    for choice in ("anyOf", "oneOf", "allOf"):
-        options = schema.get(choice)
-        if isinstance(options, list):
-            for option in options:
-                types.update(schema_types(option))
-    return types or {"string"}
-
-
-def normalized_types(types: set[str]) -> frozenset[str]:
-    return frozenset(_TYPE_ALIASES.get(k, k) for k in (t.strip().lower() for t in types))
-
-
-def _finite(value: Any) -> bool:
-    try:
-        json.dumps(value, allow_nan=False)
-    except (ValueError, TypeError):
-        return False
-    return True
-
-
-def coerce(value: str, types: frozenset[str]) -> Any:
-    """vLLM's ``coerce_to_schema_type(value, types)`` (``types`` normalized): the first of null,
-    integer, number, boolean, object, array, string that the text reads as, else the text read as
-    JSON, else the text."""
-    for candidate in _PRIORITY:
-        if candidate not in types:
-            continue
-        if candidate == "null":
-            if value.lower() == "null":
-                return None
-        elif candidate == "string":
-            return value
-        elif candidate == "integer":
-            try:
-                return int(value)
-            except (ValueError, TypeError):
-                pass
-        elif candidate == "number":
-            try:
-                number = float(value)
-            except (ValueError, TypeError):
-                continue
-            if math.isfinite(number):
-                return number if number != int(number) else int(number)
-        elif candidate == "boolean":
-            lower = value.lower().strip()
-            if lower in ("true", "1"):
-                return True
-            if lower in ("false", "0"):
-                return False
-        else:  # object, array
-            try:
-                parsed = json.loads(value)
-            except (ValueError, TypeError, RecursionError):
-                continue
-            if _finite(parsed):
-                return parsed
-    try:
-        parsed = json.loads(value)
-    except (ValueError, RecursionError):
-        return value
-    return parsed if _finite(parsed) else value
-
 
 def _dumps(value: Any) -> str:
     return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
@@ -270,16 +166,8 @@ class GlmToolParser(StreamingToolParser):
     def _value_types(self, key: str) -> frozenset[str] | None:
         """The normalized types the schema allows for ``key`` of the current call; None when its
         value can only stay a string (no schema, no property, or only ``string``)."""
-        props = self._tool_map().get(self._fn)
-        if not props:
-            return None
-        prop = props.get(key)
-        if not isinstance(prop, dict):
-            return None
-        types = normalized_types(schema_types(prop))
-        if "string" in types and not types & _NOT_STRING:
-            return None
-        return types
+        types = value_types(self._tool_map().get(self._fn) or {}, key)
+        return None if always_string(types) else types
 
     # -- output helpers ----------------------------------------------------------------------
     def _text(self, text: str) -> None:
@@ -343,10 +231,10 @@ class GlmToolParser(StreamingToolParser):
     def _release_value(self) -> None:
         """A held value grew past VALUE_HOLD: stream it from here on, as JSON if it starts as
         JSON where the schema takes it as JSON, else as a string."""
-        types = self._value_types(self._key) or frozenset()
+        types = self._value_types(self._key)
         held, self._val = self._val, ""
         first = held.lstrip()[:1]
-        if first in ("{", "[") and (types & {"object", "array"} or "string" not in types):
+        if first in ("{", "[") and json_capable(types):
             self._kind, self._js = "j", JsonValueStreamer()
             self.add_args(self._pair_head())
             self._value_text(held)
@@ -361,8 +249,7 @@ class GlmToolParser(StreamingToolParser):
             self.add_args('"')
         elif kind == "h":
             if closed:  # (an unclosed held value is dropped, as vLLM drops the pair)
-                types = self._value_types(self._key) or frozenset()
-                self.add_args(self._pair_head() + _dumps(coerce(self._val, types)))
+                self.add_args(self._pair_head() + _dumps(coerce(self._val, self._value_types(self._key))))
         elif self._js is not None:
             out: list[str] = []
             self._js.end(out)

@@ -40,12 +40,12 @@ With ``tool_choice: "none"`` and tools, calls are read but not reported and all 
 from __future__ import annotations
 
 import json
-import math
 import re
 from typing import Any
 
 from ..base import ParserContext
 from .json_stream import escape_lone_surrogates, is_plain
+from .schema_values import always_string, coerce, properties_of, value_types
 from .streaming import StreamingToolParser
 
 # vLLM's terminals. The ``<``-literals are matched (longest first) wherever a ``<`` starts; ``">``,
@@ -74,124 +74,12 @@ _MAX_HEAD = 256
 _MAX_CLOSE = 64
 _MAX_NAME = 256
 
-_STRING_ONLY = frozenset({"null", "integer", "number", "boolean", "object", "array"})
-_TYPE_ALIASES = {
-    "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
-    "int": "integer", "int32": "integer", "int64": "integer", "uint": "integer", "uint32": "integer",
-    "uint64": "integer", "long": "integer", "short": "integer", "unsigned": "integer",
-    "float": "number", "float32": "number", "float64": "number", "double": "number",
-    "bool": "boolean", "dict": "object", "arr": "array", "list": "array", "sequence": "array",
-}
-_PRIORITY = ("null", "integer", "number", "boolean", "object", "array", "string")
-
-
 def _dumps(value: Any) -> str:
     return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
 
 
 def _esc(text: str) -> str:
     return text if is_plain(text) else _dumps(text)[1:-1]
-
-
-def schema_types(schema: Any) -> set[str]:
-    """The type names a parameter schema allows (vLLM's ``extract_types_from_schema``): ``type``,
-    the kinds of the ``enum`` values, ``anyOf`` / ``oneOf`` / ``allOf`` recursively; ``{"string"}``
-    when it says nothing."""
-    if not isinstance(schema, dict):
-        return {"string"}
-    types: set[str] = set()
-    kind = schema.get("type")
-    if isinstance(kind, str):
-        types.add(kind)
-    elif isinstance(kind, list):
-        types.update(t for t in kind if isinstance(t, str))
-    enum = schema.get("enum")
-    if isinstance(enum, list):
-        for value in enum:
-            if value is None:
-                types.add("null")
-            elif isinstance(value, bool):
-                types.add("boolean")
-            elif isinstance(value, int):
-                types.add("integer")
-            elif isinstance(value, float):
-                types.add("number")
-            elif isinstance(value, str):
-                types.add("string")
-            elif isinstance(value, list):
-                types.add("array")
-            elif isinstance(value, dict):
-                types.add("object")
-    for key in ("anyOf", "oneOf", "allOf"):
-        choices = schema.get(key)
-        if isinstance(choices, list):
-            for choice in choices:
-                types |= schema_types(choice)
-    return types or {"string"}
-
-
-def _normalized(types: set[str]) -> set[str]:
-    return {_TYPE_ALIASES.get(k, k) for k in (t.strip().lower() for t in types)}
-
-
-def _finite(value: Any) -> bool:
-    if isinstance(value, float):
-        return math.isfinite(value)
-    if isinstance(value, list):
-        return all(_finite(v) for v in value)
-    if isinstance(value, dict):
-        return all(_finite(v) for v in value.values())
-    return True
-
-
-def coerce(value: str, types: set[str]) -> Any:
-    """A raw parameter value converted to the first of the schema's types it reads as (null, integer,
-    number, boolean, object / array, string), else to what ``json.loads`` reads in it, else itself:
-    vLLM's ``coerce_to_schema_type``."""
-    norm = _normalized(types)
-    for kind in _PRIORITY:
-        if kind not in norm:
-            continue
-        if kind == "null":
-            if value.lower() == "null":
-                return None
-        elif kind == "string":
-            return value
-        elif kind == "integer":
-            try:
-                return int(value)
-            except (ValueError, TypeError):
-                pass
-        elif kind == "number":
-            try:
-                number = float(value)
-            except (ValueError, TypeError):
-                continue
-            if math.isfinite(number):
-                return number if number != int(number) else int(number)
-        elif kind == "boolean":
-            word = value.lower().strip()
-            if word in ("true", "1"):
-                return True
-            if word in ("false", "0"):
-                return False
-        else:  # object, array: whatever JSON the text holds
-            try:
-                parsed = json.loads(value)
-            except ValueError:
-                continue
-            if _finite(parsed):
-                return parsed
-    try:
-        parsed = json.loads(value)
-    except ValueError:
-        return value
-    return parsed if _finite(parsed) else value
-
-
-def _always_string(types: set[str]) -> bool:
-    norm = _normalized(types)
-    return "string" in norm and not norm & _STRING_ONLY
 
 
 def _skip_spaces(text: str, pos: int) -> int:
@@ -507,22 +395,9 @@ class MinimaxM2ToolParser(StreamingToolParser):
         self._phase, self._held, self._key, self._raw, self._func = "seek", "", "", "", ""
 
     # -- arguments --------------------------------------------------------------------------------
-    def _properties(self) -> dict[str, Any]:
-        """The current function's parameter schemas (vLLM's ``find_tool_properties``: the first
-        function tool of that name)."""
-        for tool in self.ctx.tools:
-            fn = tool.get("function") if isinstance(tool, dict) else None
-            if isinstance(fn, dict) and fn.get("name") == self._func and tool.get("type", "function") == "function":
-                params = fn.get("parameters") or {}
-                props = params.get("properties", {}) if isinstance(params, dict) else {}
-                return props if isinstance(props, dict) else {}
-        return {}
-
-    def _param_types(self, key: str) -> set[str] | None:
+    def _param_types(self, key: str) -> frozenset[str] | None:
         """The schema types of parameter ``key`` (None: no conversion, it stays a string)."""
-        props = self._properties()
-        prop = props.get(key) if props else None
-        return schema_types(prop) if isinstance(prop, dict) else None
+        return value_types(properties_of(self.ctx.tools, self._func), key)
 
     def _args_text(self, text: str) -> None:
         if self._scan:
@@ -575,7 +450,7 @@ class MinimaxM2ToolParser(StreamingToolParser):
             return
         types = self._param_types(key)
         sep = ", " if self._emitted else ""
-        if types is None or _always_string(types):
+        if always_string(types):
             self.add_args(f"{sep}{_dumps(key)}: \"")
             self._emitted, self._phase = True, "str"
         else:
@@ -597,8 +472,7 @@ class MinimaxM2ToolParser(StreamingToolParser):
         if phase == "str":
             self.add_args('"')
         elif phase == "typed" and complete:
-            types = self._param_types(self._key) or {"string"}
             sep = ", " if self._emitted else ""
-            self.add_args(f"{sep}{_dumps(self._key)}: {_dumps(coerce(self._raw, types))}")
+            self.add_args(f"{sep}{_dumps(self._key)}: {_dumps(coerce(self._raw, self._param_types(self._key)))}")
             self._emitted = True
         self._phase, self._key, self._raw = "seek", "", ""

@@ -1,10 +1,14 @@
-"""Tool-call argument values typed by the request's JSON schema, as vLLM 0.32's engine parsers
-type them (``ParserEngine._fix_arg_types``): formats whose arguments arrive as raw strings
-(Qwen3-Coder's ``<parameter=k>v</parameter>``) convert each value by the type its property
-declares. The rules, as vLLM applies them:
+"""Tool-call argument values typed by the request's JSON schema, as vLLM 0.32 types them (one
+place for every parser that does: ``coerce_to_schema_type`` / ``extract_types_from_schema`` in
+``vllm/tool_parsers/utils.py`` and ``ParserEngine._fix_arg_types`` / ``_coerce_value``).
+Formats whose arguments arrive as raw strings (Qwen3-Coder's ``<parameter=k>v</parameter>``,
+GLM's ``<arg_value>``, MiniMax-M2's ``<parameter name=…>``, Gemma 4's scalars) convert each value
+by the type its property declares (:func:`coerce`); formats whose arguments are already JSON
+(DeepSeek-V3.2's DSML) fit each parsed value to its property (:func:`fit`, :func:`fit_members`).
+The rules, as vLLM applies them:
 
-- no tools, no function of that name, or a function without ``properties``: every value stays a
-  string; so does a key the properties do not list, or whose schema is not an object;
+- no tools, no function tool of that name, or a function without ``properties``: every value
+  stays a string; so does a key the properties do not list, or whose schema is not an object;
 - a property's types are its ``type`` (a string or a list), the types of its ``enum`` values and,
   recursively, of its ``anyOf`` / ``oneOf`` / ``allOf`` members; none found means ``string``;
   aliases (``int``, ``float``, ``bool``, ``dict``, ``list``, ``str``…) count as the JSON type;
@@ -13,7 +17,13 @@ declares. The rules, as vLLM applies them:
   (``true`` / ``1`` / ``false`` / ``0``, any case, surrounding whitespace ignored), ``object`` and
   ``array`` (any JSON value ``json.loads`` reads without a NaN or an infinity), then ``string``,
   in that order, keeping the first that applies and is declared; when none applies and ``string``
-  is not declared, ``json.loads`` is tried once more and the raw string is the last resort.
+  is not declared, ``json.loads`` is tried once more and the raw string is the last resort;
+- a parsed value (:func:`fit`): a string is converted as above; an object recurses into the
+  schema's ``properties``, an array into its ``items`` (both changed in place); any other value is
+  converted from its JSON text and kept when that changes its type or value.
+
+One difference: text nested too deeply for ``json.loads`` (a ``RecursionError``, which vLLM lets
+escape and fails the request with) does not read as JSON here; the value stays the raw string.
 """
 
 from __future__ import annotations
@@ -23,7 +33,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-__all__ = ["always_string", "coerce", "json_capable", "properties_of", "value_types"]
+__all__ = ["always_string", "coerce", "fit", "fit_members", "json_capable", "may_be_container",
+           "properties_of", "types_of", "value_types"]
 
 _ALIASES = {
     "str": "string", "text": "string", "varchar": "string", "char": "string", "enum": "string",
@@ -33,17 +44,23 @@ _ALIASES = {
     "bool": "boolean", "dict": "object", "arr": "array", "list": "array", "sequence": "array",
 }
 _BEFORE_STRING = ("null", "integer", "number", "boolean", "object", "array")
+_CONTAINERS = frozenset(("object", "array"))
 
 
 def properties_of(tools: Iterable[Mapping[str, Any]], name: str) -> dict[str, Any]:
-    """The ``properties`` of the first function tool called ``name`` ({} when none, or when the
-    schema has none or they are not an object)."""
+    """The ``properties`` of the first function tool called ``name`` (vLLM's
+    ``find_tool_properties``; {} when none, or when the schema has none or they are not an
+    object)."""
     for tool in tools:
-        function = tool.get("function") if isinstance(tool, Mapping) else None
+        if not isinstance(tool, Mapping) or tool.get("type", "function") != "function":
+            continue
+        function = tool.get("function")
         if not isinstance(function, Mapping) or function.get("name") != name:
             continue
         params = function.get("parameters")
         props = params.get("properties") if isinstance(params, Mapping) else None
+        if isinstance(props, dict):
+            return props  # (read, never changed, by every user)
         return dict(props) if isinstance(props, Mapping) else {}
     return {}
 
@@ -85,19 +102,22 @@ def _json_type(value: Any) -> str | None:
     return "string" if isinstance(value, str) else None
 
 
-def value_types(properties: Mapping[str, Any], key: str) -> frozenset[str] | None:
-    """The normalized types the value of ``key`` may take, or None when it stays a string
-    whatever it holds (no schema for it)."""
-    if not properties:
-        return None
-    schema = properties.get(key)
+def types_of(schema: Any) -> frozenset[str] | None:
+    """The normalized types a property ``schema`` allows (``{"string"}`` when it names none), or
+    None when it is no schema (not an object: the value stays a string whatever it holds)."""
     if not isinstance(schema, Mapping):
         return None
     found: set[str] = set()
     _schema_types(schema, found)
     if not found:
-        found.add("string")
+        return frozenset(("string",))
     return frozenset(_ALIASES.get(t.strip().lower(), t.strip().lower()) for t in found)
+
+
+def value_types(properties: Mapping[str, Any], key: str) -> frozenset[str] | None:
+    """The normalized types the value of ``key`` may take, or None when it stays a string
+    whatever it holds (no schema for it)."""
+    return types_of(properties.get(key)) if properties else None
 
 
 def always_string(types: frozenset[str] | None) -> bool:
@@ -111,10 +131,15 @@ def json_capable(types: frozenset[str] | None) -> bool:
     return types is not None and ("object" in types or "array" in types or "string" not in types)
 
 
+def may_be_container(types: frozenset[str] | None) -> bool:
+    """Whether ``object`` or ``array`` is declared (a string may become a parsed object / array)."""
+    return types is not None and not _CONTAINERS.isdisjoint(types)
+
+
 def _finite(value: Any) -> bool:
     try:
         json.dumps(value, allow_nan=False)
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, RecursionError):
         return False
     return True
 
@@ -152,7 +177,7 @@ def _as_boolean(value: str) -> tuple[bool, Any]:
 def _as_json(value: str) -> tuple[bool, Any]:
     try:
         parsed = json.loads(value)
-    except ValueError:
+    except (ValueError, RecursionError):
         return False, None
     return (True, parsed) if _finite(parsed) else (False, None)
 
@@ -175,3 +200,33 @@ def coerce(value: str, types: frozenset[str] | None) -> Any:
         return value
     ok, converted = _as_json(value)
     return converted if ok else value
+
+
+def fit(value: Any, schema: Mapping[str, Any]) -> Any:
+    """A parsed argument ``value`` as vLLM's ``ParserEngine._coerce_value`` leaves it for a
+    property of this ``schema`` (objects and arrays are changed in place, as there)."""
+    if isinstance(value, str):
+        return coerce(value, types_of(schema))
+    if isinstance(value, dict):
+        nested = schema.get("properties")
+        if isinstance(nested, Mapping):
+            fit_members(value, nested)
+        return value
+    if isinstance(value, list):
+        items = schema.get("items")
+        if isinstance(items, Mapping):
+            for i, item in enumerate(value):
+                value[i] = fit(item, items)
+        return value
+    fitted = coerce(json.dumps(value, ensure_ascii=False), types_of(schema))
+    return fitted if type(fitted) is not type(value) or fitted != value else value
+
+
+def fit_members(args: dict[str, Any], properties: Mapping[str, Any]) -> dict[str, Any]:
+    """Every member of ``args`` whose property schema is an object, fitted in place
+    (``ParserEngine._coerce_dict``)."""
+    for key, value in args.items():
+        schema = properties.get(key)
+        if isinstance(schema, Mapping):
+            args[key] = fit(value, schema)
+    return args
