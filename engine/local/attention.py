@@ -14,6 +14,7 @@ docs/engine.md, "Decode attention in bf16".
 from __future__ import annotations
 
 import logging
+import sys
 from typing import Any
 
 import torch
@@ -119,6 +120,34 @@ def register() -> str:
     return NAME if _native is not None else GROUPED
 
 
+EAGER = "tokenwire_eager"  # the model's own eager attention with the engine's boolean masks
+
+
+def _eager(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+           attention_mask: torch.Tensor | None, **kwargs: Any) -> Any:
+    """The eager attention function of ``module``'s modeling file (``eager_attention_forward``),
+    given an additive mask (0 where a boolean mask attends, the dtype's minimum elsewhere)."""
+    if attention_mask is not None and attention_mask.dtype == torch.bool:
+        attention_mask = attention_mask[:, :, :, : key.shape[-2]]
+        additive = torch.zeros(attention_mask.shape, dtype=query.dtype, device=query.device)
+        attention_mask = additive.masked_fill_(~attention_mask, torch.finfo(query.dtype).min)
+    fn = getattr(sys.modules.get(type(module).__module__), "eager_attention_forward", None)
+    if fn is None:
+        raise TypeError(f"{type(module).__name__}'s modeling file has no eager_attention_forward")
+    return fn(module, query, key, value, attention_mask, **kwargs)
+
+
+def register_eager() -> None:
+    """Register :data:`EAGER` with transformers (idempotent). The masks transformers builds for it
+    (where the engine passes none) are eager's own, additive and never skipped: SDPA's may be
+    None where a causal flag would do, which eager attention has not."""
+    from transformers import AttentionInterface, AttentionMaskInterface
+    from transformers.masking_utils import eager_mask
+
+    AttentionInterface.register(EAGER, _eager)
+    AttentionMaskInterface.register(EAGER, eager_mask)
+
+
 def decode_kernel(name: str) -> str:
     """The bf16 decode path of the registered attention ``name``, in words."""
     if name == NAME and _native_loaded is not None:
@@ -136,7 +165,16 @@ def wanted(dtype: torch.dtype) -> bool:
 
 def install(model: Any, dtype: torch.dtype) -> str:
     """Make ``model``'s text decoder use this module's attention where it applies. Returns the
-    kernel in words, for the log and ``/engine/stats``."""
+    kernel in words, for the log and ``/engine/stats``. A model loaded with its own eager attention
+    (one transformers runs without SDPA, such as gpt-oss with its attention sinks) keeps that
+    function for every call, behind :data:`EAGER`, which only turns the engine's boolean masks
+    into the additive ones it expects: the plain transformers path, whatever the settings."""
+    config = getattr(model, "config", None)
+    if config is not None and getattr(config.get_text_config(), "_attn_implementation", None) == "eager":
+        register_eager()
+        model.set_attn_implementation(EAGER)
+        return (f"the model's own eager attention for prefill and decode ({type(model).__name__} has no SDPA "
+                "path in transformers, e.g. attention sinks: the decode kernel does not apply)")
     if not enabled():
         return "sdpa (TOKENWIRE_DECODE_ATTENTION=sdpa)"
     if not wanted(dtype):

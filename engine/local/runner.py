@@ -75,8 +75,18 @@ class ModelRunner:
 
         auto: Any = AutoModelForImageTextToText if self.vision is not None else AutoModelForCausalLM
         try:
-            model: Any = auto.from_pretrained(
-                str(self.model_dir), dtype=self.dtype, attn_implementation="sdpa", local_files_only=True)
+            try:
+                model: Any = auto.from_pretrained(
+                    str(self.model_dir), dtype=self.dtype, attn_implementation="sdpa", local_files_only=True)
+            except ValueError as exc:
+                if "scaled_dot_product_attention" not in str(exc):
+                    raise
+                # a model transformers runs only through its own attention (gpt-oss: attention
+                # sinks): the plain transformers path (engine/local/attention.py, install)
+                log.info("%s has no SDPA attention in transformers: loading it with its own (eager) attention",
+                         self.model_dir.name)
+                model = auto.from_pretrained(
+                    str(self.model_dir), dtype=self.dtype, attn_implementation="eager", local_files_only=True)
         except Exception as exc:  # many kinds (OSError, ValueError, safetensors errors…)
             log.exception("cannot load model from %s", self.model_dir)
             raise EngineUnavailable(
