@@ -174,6 +174,10 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="requests in flight per client (default 0: off)")
     p.add_argument("--body-timeout", type=_number(0), default=60.0,
                    help="seconds a request body may take to arrive before 408 (default 60; 0: off)")
+    p.add_argument("--max-prompts-per-request", type=_int_in(1), default=64,
+                   help="prompts one completion may carry, each an engine request: its share of the engine's "
+                        "wait queue; more is a 400 before any is queued (default 64; a local engine also caps "
+                        "it at --max-waiting)")
     p.add_argument("--shutdown-timeout", type=_number(0), default=20.0,
                    help="on SIGTERM, seconds to let requests in flight finish before ending them with a "
                         "'shutting down' error (default 20; new connections are refused at once)")
@@ -325,6 +329,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         rate_limit=args.rate_limit,
         max_concurrent_requests=args.max_concurrent_requests,
         body_timeout=args.body_timeout,
+        max_prompts_per_request=args.max_prompts_per_request,
         environ=environ,
         **extra,
     )

@@ -128,6 +128,7 @@ class Pipeline:
         tool_parser, reasoning_parser, auto = self.parser_names
         if kind == "completion":
             comp = validate(CompletionRequest, body)
+            self._check_prompt_count(len(comp.prompts()))
             reqs = await render_work(self.renderer.render_completion, comp, _size(body))
             ds: list[ChatDerenderer | CompletionDerenderer] = [
                 completion_derenderer(comp, r.token_ids, request_id=_base_id(reqs), created=created, model=model,
@@ -151,6 +152,20 @@ class Pipeline:
         so = chat.stream_options
         return _Prepared(kind, body, [req], [d], chat=chat, messages=msgs, created=created,
                          include_usage=bool(so and so.include_usage))
+
+    def _check_prompt_count(self, count: int) -> None:
+        """A completion's prompts are one engine request each, all queued at once: past
+        ``--max-prompts-per-request`` (its share of the wait queue) or past what the engine can
+        queue at all, refuse it before anything is rendered or queued."""
+        limit, why = self.ctx.settings.max_prompts_per_request, "--max-prompts-per-request"
+        # what a local engine queues before it answers overloaded (``LocalEngine.max_waiting``,
+        # --max-waiting); a remote engine's is not known here
+        waiting = getattr(self.ctx.engine, "max_waiting", None)
+        if isinstance(waiting, int) and max(1, waiting) < limit:
+            limit, why = max(1, waiting), "the engine queues at most that many requests: --max-waiting"
+        if count > limit:
+            raise InvalidRequest(f"prompt holds {count} prompts; this server takes at most {limit} in one request "
+                                 f"({why}). Send the others in further requests.", param="prompt")
 
     async def _collect_all(self, prep: _Prepared) -> list[GenerateResponse]:
         """Every engine request of one answer, run at once (the engine batches a completion's
