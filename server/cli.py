@@ -172,6 +172,10 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                         "frames together; past it 429 / error frame rate_limited (default 0: off)")
     p.add_argument("--max-concurrent-requests", type=_int_in(0), default=0,
                    help="requests in flight per client (default 0: off)")
+    p.add_argument("--header-timeout", type=_number(0), default=10.0,
+                   help="seconds an HTTP request's line and headers may take to arrive, from the connection "
+                        "(or the first byte of a later request on it); past it the server answers 408 and "
+                        "closes the connection (default 10; 0: off)")
     p.add_argument("--body-timeout", type=_number(0), default=60.0,
                    help="seconds a request body may take to arrive before 408 (default 60; 0: off)")
     p.add_argument("--max-prompts-per-request", type=_int_in(1), default=64,
@@ -329,6 +333,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         rate_limit=args.rate_limit,
         max_concurrent_requests=args.max_concurrent_requests,
         body_timeout=args.body_timeout,
+        header_timeout=args.header_timeout,
         max_prompts_per_request=args.max_prompts_per_request,
         environ=environ,
         **extra,

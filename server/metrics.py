@@ -47,6 +47,8 @@ ERRORS = Counter("tokenwire_errors", "Errors answered (HTTP 4xx/5xx, WebSocket e
 ACTIVE_SESSIONS = Gauge("tokenwire_active_sessions", "WebSocket sessions open.", registry=REGISTRY)
 INFLIGHT_GENERATIONS = Gauge("tokenwire_inflight_generations", "Engine requests in flight.", registry=REGISTRY)
 PROMPT_TOKENS = Counter("tokenwire_prompt_tokens", "Prompt tokens sent to the engine.", registry=REGISTRY)
+HEADER_TIMEOUTS = Counter("tokenwire_header_timeouts", "HTTP connections closed (408) because a request's headers "
+                          "did not arrive within --header-timeout.", registry=REGISTRY)
 
 
 class TokenMetrics(Collector):
@@ -116,6 +118,12 @@ DERENDER_SECONDS = Histogram("tokenwire_derender_seconds", "Derender service lat
 
 
 # -- boundaries ------------------------------------------------------------------------------------------
+def header_timeout() -> None:
+    """A connection closed for headers that did not come in time (``server/header_timeout.py``)."""
+    HEADER_TIMEOUTS.inc()
+    error("timeout", "http")
+
+
 def http_request(route: str, status: int) -> None:
     HTTP_REQUESTS.labels(route, str(status)).inc()
     if status >= 400:

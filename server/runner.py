@@ -12,6 +12,7 @@ import uvicorn
 from server.app import create_app
 from server.context import build_context
 from server.gating import Gating
+from server.header_timeout import http_protocol
 from server.listener import bind, listen
 from server.services import build_services
 from server.settings import Settings
@@ -51,6 +52,7 @@ def run(settings: Settings, gating: Gating, sock: socket.socket | None = None) -
     url_host = f"[{host}]" if ":" in host else host
     app.state.listen_url = f"http://{url_host}:{port}"
     config = uvicorn.Config(app, log_level=settings.log_level, lifespan="on", ws="websockets-sansio",
+                            http=http_protocol(settings.header_timeout),
                             ws_max_size=settings.ws_max_frame_bytes,
                             ws_per_message_deflate=settings.ws_per_message_deflate,
                             timeout_graceful_shutdown=5, access_log=settings.access_log)

@@ -77,6 +77,7 @@ class Settings:
     rate_limit: float = 0  # requests per minute per client (API key, else address)
     max_concurrent_requests: int = 0  # requests in flight per client
     body_timeout: float = 60.0  # seconds a request body may take to arrive
+    header_timeout: float = 10.0  # seconds a request's headers may take to arrive (server/header_timeout.py)
     # prompts (engine requests) one completion may carry: its share of the engine's wait queue
     max_prompts_per_request: int = 64
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
