@@ -20,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from engine.json_depth import too_deep
 from session.errors import StateError
 
 # OpenAI finish_reason → Anthropic stop_reason
@@ -48,6 +49,8 @@ def _tool_input(arguments: str | None) -> Any:
     try:
         value = orjson.loads(arguments)
     except orjson.JSONDecodeError:
+        return {"_raw_arguments": arguments}
+    if too_deep(value, raw=arguments) is not None:  # the answer is serialized again (orjson: 255 levels)
         return {"_raw_arguments": arguments}
     return value if isinstance(value, dict) else {"value": value}
 

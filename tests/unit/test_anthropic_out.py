@@ -126,6 +126,16 @@ def test_invalid_tool_arguments_are_kept_not_dropped() -> None:
     assert block["input"] == {"_raw_arguments": "{broken"}
 
 
+def test_tool_arguments_nested_past_what_the_answer_can_carry_are_kept_as_text() -> None:
+    # a model's (or a scripted engine's) 300-level arguments: orjson reads them but writes at most 255
+    deep = '{"a":' * 300 + "1" + "}" * 300
+    chat = {"choices": [{"finish_reason": "tool_calls", "message": {"content": None, "tool_calls": [
+        {"id": "x", "function": {"name": "f", "arguments": deep}}]}}], "usage": {}}
+    message = message_from_chat(chat, model="m", stop_sequences=[])
+    assert message["content"][0]["input"] == {"_raw_arguments": deep}
+    assert orjson.loads(orjson.dumps(message)) == message  # the non-streaming answer is written
+
+
 def test_a_stream_restored_from_a_snapshot_continues_the_same_event_sequence() -> None:
     chunks = [_chunk(reasoning="hmm "), _chunk(reasoning="ok"), _chunk(content="Sure."),
               _chunk(tool_calls=[_tool(0, id="chatcmpl-tool-abc", name="f")]),
