@@ -26,6 +26,7 @@ MODULES = (
     "engine",
     "engine.errors",
     "engine.interface",
+    "engine.json_depth",
     "engine.protocol",
     "engine.structured",
     "session",
