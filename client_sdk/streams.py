@@ -10,7 +10,7 @@ import asyncio
 import contextlib
 import dataclasses
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from typing import Any, Generic, Self, TypeVar
 
 from client_sdk import errors
@@ -205,6 +205,17 @@ def _synthetic_done(frame: RequestFrame, request_id: str, status: str) -> AnySer
     return DONE_FRAME_OF[frame.type](id=request_id, status=status)  # type: ignore[arg-type]
 
 
+class Cancelled:
+    """What :meth:`ItemStream.cancel` returns: the cancel was already sent when it was made, so
+    ``stream.cancel()`` and ``await stream.cancel()`` do the same."""
+
+    __slots__ = ()
+
+    def __await__(self) -> Generator[Any, None, None]:
+        return
+        yield  # a generator that finishes at once: awaiting it never suspends
+
+
 class ItemStream(Generic[T]):
     """An async iterator of typed items (chunks, events) over one request. Close it (``aclose``,
     ``async with``) to stop early: the request is cancelled at the server."""
@@ -240,9 +251,12 @@ class ItemStream(Generic[T]):
             self._items.extend(self._parse(frame))
         return self._items.popleft()
 
-    def cancel(self) -> None:
-        """Stop the generation at the server; iteration ends after what was already sent."""
+    def cancel(self) -> Cancelled:
+        """Stop the generation at the server; iteration ends after what was already sent. The
+        cancel frame is queued when this returns; awaiting the result (``await stream.cancel()``,
+        the shape of :meth:`AsyncClient.cancel`) is optional and returns at once."""
         self._request.cancel()
+        return Cancelled()
 
     async def aclose(self) -> None:
         self._request.abandon()

@@ -183,3 +183,39 @@ def test_an_error_frame_raises_and_a_lost_plain_stream_is_connection_lost() -> N
         assert not isinstance(lost.value, Interrupted)
 
     asyncio.run(main())
+
+
+def test_stream_cancel_works_awaited_and_not_awaited() -> None:
+    # `await stream.cancel()` was a TypeError (a plain method beside the awaitable client.cancel(id))
+    cancels: list[str] = []
+
+    class Recording(ScriptedTransport):
+        async def start(self, frame: RequestFrame) -> Handle:
+            channel = (await super().start(frame)).channel
+
+            def cancel() -> None:  # the server answers a cancel frame with the final frame
+                cancels.append(frame.id)
+                channel.put(ChatDone(id=frame.id, status="cancelled"))
+
+            return Handle(channel, cancel=cancel, release=lambda: None)
+
+    script = [delta("a", None, [1]), delta("b", None, [2])]
+    transport = Recording([list(script), list(script)])
+
+    async def main() -> list[tuple[list[str], str | None]]:
+        seen: list[tuple[list[str], str | None]] = []
+        for i, awaited in enumerate((True, False)):
+            request = RequestStream(transport, Chat(id=f"c{i}", body={}), timeout=5)  # type: ignore[arg-type]
+            await request.start()
+            stream = ChatCompletionStream(request)
+            await stream.__anext__()
+            if awaited:
+                assert await stream.cancel() is None
+            else:
+                stream.cancel()
+            rest = [c.choices[0].delta.content or "" async for c in stream]  # what was already sent
+            seen.append((rest, stream.status))
+        return seen
+
+    assert asyncio.run(main()) == [(["b"], "cancelled"), (["b"], "cancelled")]
+    assert cancels == ["c0", "c1"]
