@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.base import ParsedDelta, ParserContext
-from session.parsers.reasoning.kimi_k2 import KimiK2ReasoningParser, thinking_enabled
+from session.parsers.reasoning.kimi_k2 import KimiK2ReasoningParser
+from session.parsers.reasoning.shared import thinking_enabled
 from session.parsers.tool.kimi_k2 import HEAD_MAX, KimiK2ToolParser, call_id_and_name
 
 from .parsers_harness import TOOLS, Split, fold, one_shot, random_splits, split_at, streamed

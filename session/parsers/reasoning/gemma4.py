@@ -20,12 +20,12 @@ markers are special tokens: decode with them kept. Differences: /work/notes/docs
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, ClassVar
 
-from ..base import ParsedDelta, ParserContext, ReasoningParser
-from ..errors import MalformedSnapshot
+from ..base import ParsedDelta, ParserContext
 from ..markers import find_first, held_suffix_len
 from ..tool.gemma4 import CHANNEL_END, CHANNEL_START, DROPPED, TOOL_END, TOOL_START
+from .shared import ModalReasoningParser
 
 THOUGHT = "thought"
 _PREFIX = THOUGHT + "\n"
@@ -61,13 +61,14 @@ def _start(text: str, final: bool) -> bool | None:
     return False
 
 
-class Gemma4ReasoningParser(ReasoningParser):
+class Gemma4ReasoningParser(ModalReasoningParser):
     """Modes: ``start`` (the first characters may still say the output starts in reasoning),
     ``reasoning``, ``content``."""
 
     name = "gemma4"
     needs_special_tokens = True
     engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/gemma4.py)
+    modes: ClassVar[tuple[str, ...]] = ("start", "reasoning", "content")
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
@@ -77,48 +78,31 @@ class Gemma4ReasoningParser(ReasoningParser):
         self._ws = ""  # the reasoning's trailing whitespace, held until more reasoning follows
         self._span = False  # inside a tool call (its <tool_call|> is content)
 
-    @property
-    def reasoning_ended(self) -> bool:
-        return self._mode == "content"
+    # -- state -------------------------------------------------------------------------------
+    def _save(self) -> dict[str, Any]:
+        return {"h": self._head, "w": self._ws, "t": self._span}
 
-    # -- the contract ------------------------------------------------------------------------
-    def feed(self, text: str) -> ParsedDelta:
-        out = ParsedDelta()
-        if text:
-            self._process(text, False, out)
-        return out
-
-    def finish(self) -> ParsedDelta:
-        out = ParsedDelta()
-        self._process("", True, out)
-        head, self._head = self._head, None
-        if head is not None:
-            head = head[: _rstrip_at(head)]
-            if head != THOUGHT:
-                out.reasoning += head
-        self._ws = ""
-        return out
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"p": self.name, "m": self._mode, "b": self._buf, "h": self._head, "w": self._ws, "t": self._span}
-
-    @classmethod
-    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
-            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
-        parser = cls(ctx)
-        try:
-            mode, head = snapshot["m"], snapshot["h"]
-            if mode not in ("start", "reasoning", "content") or not (head is None or isinstance(head, str)):
-                raise ValueError(mode)
-            parser._mode, parser._buf, parser._head = mode, str(snapshot["b"]), head
-            parser._ws, parser._span = str(snapshot["w"]), bool(snapshot["t"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
-        return parser
+    def _load(self, state: dict[str, Any]) -> None:
+        head = state["h"]
+        if not (head is None or isinstance(head, str)):
+            raise ValueError(head)
+        self._head, self._ws, self._span = head, str(state["w"]), bool(state["t"])
 
     # -- splitting ---------------------------------------------------------------------------
-    def _process(self, text: str, final: bool, out: ParsedDelta) -> None:
+    def _process(self, text: str, final: bool) -> ParsedDelta:
+        out = ParsedDelta()
+        if text or final:
+            self._split(text, final, out)
+        if final:  # what is still held of the reasoning's start, and its trailing whitespace
+            head, self._head = self._head, None
+            if head is not None:
+                head = head[: _rstrip_at(head)]
+                if head != THOUGHT:
+                    out.reasoning += head
+            self._ws = ""
+        return out
+
+    def _split(self, text: str, final: bool, out: ParsedDelta) -> None:
         buf, self._buf = self._buf + text, ""
         if self._mode == "start":
             decided = _start(buf, final)

@@ -25,11 +25,11 @@ State between feeds: the mode, a partial tag, the held whitespace (at most ``WS_
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from ..base import ParsedDelta, ParserContext, ReasoningParser
-from ..errors import MalformedSnapshot
+from ..base import ParsedDelta, ParserContext
 from ..markers import find_first, held_suffix_len
+from .shared import ModalReasoningParser, hold_trailing_space, thinking_enabled
 
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -41,22 +41,7 @@ _REASONING_MARKERS = (THINK_START, THINK_END, TOOL_CALL)
 _CONTENT_MARKERS = (THINK_START, THINK_END)
 
 
-def thinking_enabled(ctx: ParserContext) -> bool:
-    """vLLM's ``Glm47MoeParser.thinking_enabled``: on unless ``thinking`` / ``enable_thinking`` say
-    otherwise (when either is given: on when either is truthy)."""
-    kwargs = ctx.chat_template_kwargs
-    thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
-    if thinking is None and enable is None:
-        return True
-    return bool(thinking) or bool(enable)
-
-
-def _trailing_ws(text: str) -> int:
-    """Length of the trailing whitespace run of ``text`` (as ``str.rstrip`` strips it)."""
-    return len(text) - len(text.rstrip())
-
-
-class GlmReasoningParser(ReasoningParser):
+class GlmReasoningParser(ModalReasoningParser):
     """Modes: ``r`` reasoning, ``c`` content (watching for ``<think>`` / ``</think>``), ``x``
     thinking off (all content)."""
 
@@ -64,10 +49,11 @@ class GlmReasoningParser(ReasoningParser):
     # <think>, </think> and <tool_call> are special tokens in GLM's tokenizer
     needs_special_tokens: ClassVar[bool] = True
     engine_based: ClassVar[bool] = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/glm47_moe.py)
+    modes: ClassVar[tuple[str, ...]] = ("r", "c", "x")
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
-        self._mode = "r" if thinking_enabled(ctx) else "x"
+        self._mode = "r" if thinking_enabled(ctx.chat_template_kwargs) else "x"
         self._buf = ""  # a partial tag
         self._ws = ""  # trailing reasoning whitespace not emitted yet
 
@@ -79,38 +65,20 @@ class GlmReasoningParser(ReasoningParser):
     def passthrough(self) -> bool:
         return self._mode == "x"
 
-    # -- the contract ------------------------------------------------------------------------
-    def feed(self, text: str) -> ParsedDelta:
-        if self._mode == "x":
-            return ParsedDelta(content=text)
-        return self._process(text, final=False)
+    # -- state -------------------------------------------------------------------------------
+    def _save(self) -> dict[str, Any]:
+        return {"w": self._ws}
 
-    def finish(self) -> ParsedDelta:
-        if self._mode == "x":
-            return ParsedDelta()
-        return self._process("", final=True)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"p": self.name, "m": self._mode, "b": self._buf, "w": self._ws}
-
-    @classmethod
-    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
-            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
-        parser = cls(ctx)
-        try:
-            mode, buf, ws = snapshot["m"], snapshot["b"], snapshot["w"]
-            if mode not in ("r", "c", "x") or not isinstance(buf, str) or not isinstance(ws, str):
-                raise ValueError(mode)
-            if len(ws) > WS_HOLD or ws.strip():
-                raise ValueError(ws)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
-        parser._mode, parser._buf, parser._ws = mode, buf, ws
-        return parser
+    def _load(self, state: dict[str, Any]) -> None:
+        buf, ws = state["b"], state["w"]
+        if not isinstance(buf, str) or not isinstance(ws, str) or len(ws) > WS_HOLD or ws.strip():
+            raise ValueError(ws)
+        self._ws = ws
 
     # -- splitting ---------------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> ParsedDelta:
+        if self._mode == "x":
+            return ParsedDelta(content=text)
         if not self._buf and "<" not in text:  # every tag starts with "<": no tag here
             if self._mode == "c":
                 return ParsedDelta(content=text)
@@ -153,15 +121,6 @@ class GlmReasoningParser(ReasoningParser):
         if self._mode == "c":
             content.append(text)
             return
-        k = _trailing_ws(text)
-        if k == len(text):  # all whitespace: held with what came before
-            ws = self._ws + text
-        else:
-            if self._ws:
-                reasoning.append(self._ws)
-            reasoning.append(text[: len(text) - k])
-            ws = text[len(text) - k :]
-        if len(ws) > WS_HOLD:  # an absurd run: emit all but the last WS_HOLD characters
-            reasoning.append(ws[: len(ws) - WS_HOLD])
-            ws = ws[len(ws) - WS_HOLD :]
-        self._ws = ws
+        # (a run longer than WS_HOLD is emitted but for its last WS_HOLD characters)
+        sent, self._ws = hold_trailing_space(self._ws, text, WS_HOLD)
+        reasoning.append(sent)

@@ -21,29 +21,26 @@ Differs from vLLM, whose stream and non-streaming answer disagree here (this fol
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import ClassVar
 
-from ..base import ParsedDelta, ParserContext, ReasoningParser
-from ..errors import MalformedSnapshot
+from ..base import ParsedDelta, ParserContext
 from ..markers import find_first, held_suffix_len
+from .shared import ModalReasoningParser
 
 THINK_STARTS = ("Here is my thought process:", "Here's my thought process:")
 RESPONSE_STARTS = ("Here is my response:", "Here's my response:")
 _LONGEST_RESPONSE = max(map(len, RESPONSE_STARTS))
 
 
-class GraniteReasoningParser(ReasoningParser):
+class GraniteReasoningParser(ModalReasoningParser):
     name = "granite"
     needs_special_tokens = False
+    modes: ClassVar[tuple[str, ...]] = ("start", "reasoning", "content")
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
         self._mode = "start"
         self._buf = ""
-
-    @property
-    def reasoning_ended(self) -> bool:
-        return self._mode == "content"
 
     @property
     def passthrough(self) -> bool:
@@ -52,29 +49,6 @@ class GraniteReasoningParser(ReasoningParser):
     def plain_reasoning_guard(self) -> str | None:
         # every response phrase starts with "H"
         return "H" if self._mode == "reasoning" and not self._buf else None
-
-    def feed(self, text: str) -> ParsedDelta:
-        return self._process(text, final=False)
-
-    def finish(self) -> ParsedDelta:
-        return self._process("", final=True)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"p": self.name, "m": self._mode, "b": self._buf}
-
-    @classmethod
-    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
-            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
-        parser = cls(ctx)
-        try:
-            mode = snapshot["m"]
-            if mode not in ("start", "reasoning", "content"):
-                raise ValueError(mode)
-            parser._mode, parser._buf = mode, str(snapshot["b"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
-        return parser
 
     def _process(self, text: str, final: bool) -> ParsedDelta:
         buf, self._buf = self._buf + text, ""

@@ -24,11 +24,11 @@ whitespace.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any, ClassVar
 
-from ..base import ParsedDelta, ParserContext, ReasoningParser
-from ..errors import MalformedSnapshot
+from ..base import ParsedDelta, ParserContext
 from ..markers import find_first, held_suffix_len
+from .shared import ModalReasoningParser, thinking_enabled
 
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -39,23 +39,18 @@ _LONGEST = len(SECTION_BEGIN)
 WS_MAX = 256
 
 
-def thinking_enabled(kwargs: dict[str, Any]) -> bool:
-    """vLLM's ``KimiK2Parser.thinking_enabled`` for a request's ``chat_template_kwargs``."""
-    thinking, enable = kwargs.get("thinking"), kwargs.get("enable_thinking")
-    return (thinking is None and enable is None) or bool(thinking) or bool(enable)
-
-
-class KimiK2ReasoningParser(ReasoningParser):
+class KimiK2ReasoningParser(ModalReasoningParser):
     """Modes: ``reasoning``, ``content`` (dropping ``</think>``), ``off`` (thinking off: all is
     content, verbatim)."""
 
     name = "kimi_k2"
     needs_special_tokens = True
     engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/kimi_k2.py)
+    modes: ClassVar[tuple[str, ...]] = ("reasoning", "content", "off")
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
-        self._mode = "reasoning" if thinking_enabled(ctx.chat_template_kwargs) else "off"
+        self._mode = "reasoning" if thinking_enabled(ctx.chat_template_kwargs) else "off"  # (KimiK2Parser's)
         self._buf = ""  # a partial tag
         self._ws = ""  # trailing whitespace of the reasoning, held
 
@@ -67,28 +62,11 @@ class KimiK2ReasoningParser(ReasoningParser):
     def passthrough(self) -> bool:
         return self._mode == "off"
 
-    def snapshot(self) -> dict[str, Any]:
-        return {"p": self.name, "m": self._mode, "b": self._buf, "w": self._ws}
+    def _save(self) -> dict[str, Any]:
+        return {"w": self._ws}
 
-    @classmethod
-    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
-            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
-        parser = cls(ctx)
-        try:
-            mode = snapshot["m"]
-            if mode not in ("reasoning", "content", "off"):
-                raise ValueError(mode)
-            parser._mode, parser._buf, parser._ws = mode, str(snapshot["b"]), str(snapshot["w"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
-        return parser
-
-    def feed(self, text: str) -> ParsedDelta:
-        return self._process(text, final=False)
-
-    def finish(self) -> ParsedDelta:
-        return self._process("", final=True)
+    def _load(self, state: dict[str, Any]) -> None:
+        self._ws = str(state["w"])
 
     # -- splitting ---------------------------------------------------------------------------
     def _reasoning(self, out: list[str], text: str) -> None:

@@ -27,6 +27,7 @@ from ..base import ParsedDelta, ParserContext, ReasoningParser
 from ..errors import MalformedSnapshot
 from ..markers import find_first, held_suffix_len
 from ..tool.minimax_m2 import TOOL_START, pack_space, unpack_space
+from .shared import ModalReasoningParser, hold_trailing_space
 
 THINK_START = "<think>"
 THINK_END = "</think>"
@@ -34,7 +35,7 @@ _REASONING_MARKERS = (THINK_START, THINK_END, TOOL_START)
 _CONTENT_MARKERS = (THINK_END,)
 
 
-class MiniMaxM2ReasoningParser(ReasoningParser):
+class MiniMaxM2ReasoningParser(ModalReasoningParser):
     name = "minimax_m2"
     needs_special_tokens = False
     # vLLM's minimax_m2 reasoning parser is the engine grammar itself (with it, vLLM also runs its
@@ -47,50 +48,23 @@ class MiniMaxM2ReasoningParser(ReasoningParser):
         self._buf = ""  # a partial marker
         self._ws = ""  # trailing whitespace of the reasoning, held back
 
-    @property
-    def reasoning_ended(self) -> bool:
-        return self._mode == "content"
+    def _save(self) -> dict[str, Any]:
+        return {"w": pack_space(self._ws)}
 
-    def feed(self, text: str) -> ParsedDelta:
-        return self._process(text, final=False)
-
-    def finish(self) -> ParsedDelta:
-        return self._process("", final=True)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"p": self.name, "m": self._mode, "b": self._buf, "w": pack_space(self._ws)}
-
-    @classmethod
-    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
-            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
-        parser = cls(ctx)
-        try:
-            mode = snapshot["m"]
-            if mode not in ("reasoning", "content"):
-                raise ValueError(mode)
-            parser._mode, parser._buf, parser._ws = mode, str(snapshot["b"]), unpack_space(snapshot["w"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
-        return parser
+    def _load(self, state: dict[str, Any]) -> None:
+        self._ws = unpack_space(state["w"])
 
     def _reasoning(self, parts: list[str], text: str) -> None:
         """Reasoning text, its trailing whitespace held back until more reasoning follows."""
-        if not text:
-            return
-        text = self._ws + text
-        cut = len(text.rstrip())
-        if cut:
-            parts.append(text[:cut])
-        self._ws = text[cut:]
+        sent, self._ws = hold_trailing_space(self._ws, text)
+        parts.append(sent)
 
     def _process(self, text: str, final: bool) -> ParsedDelta:
         if not self._buf and "<" not in text and not final:  # every marker starts with "<"
             if self._mode == "content":
                 return ParsedDelta(content=text)
-            parts: list[str] = []
-            self._reasoning(parts, text)
-            return ParsedDelta(reasoning="".join(parts))
+            sent, self._ws = hold_trailing_space(self._ws, text)
+            return ParsedDelta(reasoning=sent)
         buf, self._buf = self._buf + text, ""
         if self._mode == "content":
             return ParsedDelta(content=self._content(buf, final))

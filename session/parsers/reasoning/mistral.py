@@ -26,12 +26,11 @@ parser reads it.
 
 from __future__ import annotations
 
-from typing import Any, Self
+from typing import Any
 
-from ..base import ParsedDelta, ParserContext, ReasoningParser
-from ..errors import MalformedSnapshot
+from ..base import ParsedDelta, ParserContext
 from ..markers import find_first, held_suffix_len
-from .nemotron_v3 import hold_trailing_space
+from .shared import ModalReasoningParser, hold_trailing_space
 
 THINK_START = "[THINK]"
 THINK_END = "[/THINK]"
@@ -41,7 +40,7 @@ _REASONING_MARKERS = (THINK_START, THINK_END, TOOL_CALLS)
 _LONGEST = len(TOOL_CALLS)
 
 
-class MistralReasoningParser(ReasoningParser):
+class MistralReasoningParser(ModalReasoningParser):
     name = "mistral"
     needs_special_tokens = True
     engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/mistral.py)
@@ -52,32 +51,11 @@ class MistralReasoningParser(ReasoningParser):
         self._buf = ""
         self._space = ""
 
-    @property
-    def reasoning_ended(self) -> bool:
-        return self._mode == "content"
+    def _save(self) -> dict[str, Any]:
+        return {"w": self._space}
 
-    def feed(self, text: str) -> ParsedDelta:
-        return self._process(text, final=False)
-
-    def finish(self) -> ParsedDelta:
-        return self._process("", final=True)
-
-    def snapshot(self) -> dict[str, Any]:
-        return {"p": self.name, "m": self._mode, "b": self._buf, "w": self._space}
-
-    @classmethod
-    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
-            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
-        parser = cls(ctx)
-        try:
-            mode = snapshot["m"]
-            if mode not in ("reasoning", "content"):
-                raise ValueError(mode)
-            parser._mode, parser._buf, parser._space = mode, str(snapshot["b"]), str(snapshot["w"])
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
-        return parser
+    def _load(self, state: dict[str, Any]) -> None:
+        self._space = str(state["w"])
 
     def _process(self, text: str, final: bool) -> ParsedDelta:
         buf, self._buf = self._buf + text, ""

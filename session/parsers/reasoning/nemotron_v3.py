@@ -26,16 +26,7 @@ from typing import Any
 
 from ..base import ParsedDelta, ParserContext
 from .qwen3 import Qwen3ReasoningParser
-
-
-def hold_trailing_space(held: str, reasoning: str) -> tuple[str, str]:
-    """``(to send, to hold)``: reasoning text with its trailing whitespace held back (``held`` is
-    what was held before, which goes first)."""
-    if not reasoning:
-        return "", held
-    text = held + reasoning
-    sent = text.rstrip()
-    return sent, text[len(sent):]
+from .shared import hold_trailing_space
 
 
 class NemotronV3ReasoningParser(Qwen3ReasoningParser):
@@ -48,9 +39,10 @@ class NemotronV3ReasoningParser(Qwen3ReasoningParser):
         self._space = ""  # the reasoning's trailing whitespace, held back
 
     def _save(self) -> dict[str, Any]:
-        return {"w": self._space}
+        return {**super()._save(), "w": self._space}
 
     def _load(self, state: dict[str, Any]) -> None:
+        super()._load(state)
         self._space = str(state["w"])
 
     def plain_reasoning_guard(self) -> str | None:
@@ -85,10 +77,11 @@ class GraniteThinkingReasoningParser(NemotronV3ReasoningParser):
         return self._started and super().passthrough
 
     def _save(self) -> dict[str, Any]:
-        return {"w": self._space, "c": self._started}
+        return {**super()._save(), "c": self._started}
 
     def _load(self, state: dict[str, Any]) -> None:
-        self._space, self._started = str(state["w"]), bool(state["c"])
+        super()._load(state)
+        self._started = bool(state["c"])
 
     def _content_out(self, content: str, final: bool) -> str:
         if content and not self._started:

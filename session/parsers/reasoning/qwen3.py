@@ -27,6 +27,7 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 from ..base import ParsedDelta, ParserContext
+from .shared import hold_trailing_space
 from .think import ThinkReasoningParser
 
 TOOL_CALL = "<tool_call>"
@@ -81,20 +82,14 @@ class Step3p5ReasoningParser(Qwen3ReasoningParser):
         return self._trim(super().finish(), final=True)
 
     def _trim(self, delta: ParsedDelta, final: bool) -> ParsedDelta:
-        if delta.reasoning or self._ws:
-            held = self._ws + delta.reasoning
-            kept = held.rstrip()
-            self._ws = held[len(kept):]
-            if len(self._ws) > WS_CAP:
-                kept += self._ws[:-WS_CAP]
-                self._ws = self._ws[-WS_CAP:]
-            delta.reasoning = kept
+        delta.reasoning, self._ws = hold_trailing_space(self._ws, delta.reasoning, WS_CAP)
         if self._ws and (final or self.reasoning_ended):
             self._ws = ""
         return delta
 
     def _save(self) -> dict[str, Any]:
-        return {"w": self._ws}
+        return {**super()._save(), "w": self._ws}
 
     def _load(self, state: dict[str, Any]) -> None:
+        super()._load(state)
         self._ws = str(state["w"])

@@ -11,17 +11,17 @@ included), whether ``<think>`` was dropped already. Never the reasoning text its
 
 from __future__ import annotations
 
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar
 
-from ..base import ParsedDelta, ParserContext, ReasoningParser
-from ..errors import MalformedSnapshot
+from ..base import ParsedDelta, ParserContext
 from ..markers import find_first, held_suffix_len
+from .shared import ModalReasoningParser
 
 THINK_START = "<think>"
 THINK_END = "</think>"
 
 
-class ThinkReasoningParser(ReasoningParser):
+class ThinkReasoningParser(ModalReasoningParser):
     start_tag: ClassVar[str] = THINK_START
     end_tag: ClassVar[str] = THINK_END
 
@@ -35,10 +35,6 @@ class ThinkReasoningParser(ReasoningParser):
         return ctx.prompt_ends_reasoning
 
     @property
-    def reasoning_ended(self) -> bool:
-        return self._mode == "content"
-
-    @property
     def passthrough(self) -> bool:
         return self._mode == "content" and not self._buf
 
@@ -47,33 +43,6 @@ class ThinkReasoningParser(ReasoningParser):
             return None
         firsts = {m[0] for m in self._markers()}  # "<" for every tag here
         return firsts.pop() if len(firsts) == 1 else None
-
-    # -- the contract ------------------------------------------------------------------------
-    def feed(self, text: str) -> ParsedDelta:
-        return self._process(text, final=False)
-
-    def finish(self) -> ParsedDelta:
-        return self._process("", final=True)
-
-    def snapshot(self) -> dict[str, Any]:
-        state = {"p": self.name, "m": self._mode, "b": self._buf, "s": self._start_seen}
-        state.update(self._save())
-        return state
-
-    @classmethod
-    def restore(cls, ctx: ParserContext, snapshot: dict[str, Any]) -> Self:
-        if not isinstance(snapshot, dict) or snapshot.get("p") != cls.name:
-            raise MalformedSnapshot(f"not a {cls.name} reasoning parser snapshot")
-        parser = cls(ctx)
-        try:
-            mode = snapshot["m"]
-            if mode not in ("reasoning", "content"):
-                raise ValueError(mode)
-            parser._mode, parser._buf, parser._start_seen = mode, str(snapshot["b"]), bool(snapshot["s"])
-            parser._load(snapshot)
-        except (KeyError, TypeError, ValueError) as exc:
-            raise MalformedSnapshot(f"malformed {cls.name} reasoning parser snapshot") from exc
-        return parser
 
     # -- splitting ---------------------------------------------------------------------------
     def _markers(self) -> tuple[str, ...]:
@@ -122,7 +91,7 @@ class ThinkReasoningParser(ReasoningParser):
         return False
 
     def _save(self) -> dict[str, Any]:
-        return {}
+        return {"s": self._start_seen}
 
     def _load(self, state: dict[str, Any]) -> None:
-        return None
+        self._start_seen = bool(state["s"])
