@@ -160,8 +160,13 @@ def create_app(ctx: ServerContext, services: Services | None = None) -> Starlett
 
 
 async def _not_found(request: Request, exc: Exception) -> Response:
-    return error_response(ApiError(404, f"Not found: {request.method} {request.url.path}"),
-                          flavor=flavor_of(request.url.path))
+    path = request.url.path
+    message = f"Not found: {request.method} {path}"
+    gating = request.app.state.ctx.gating
+    hint = next((gating.hints[r.group] for r in all_routes() if r.path == path and r.group in gating.hints), None)
+    if hint is not None:  # a route this server has, turned off: say how to turn it on
+        message = f"{path} is not enabled on this server: {hint}."
+    return error_response(ApiError(404, message), flavor=flavor_of(path))
 
 
 async def _method_not_allowed(request: Request, exc: Exception) -> Response:

@@ -7,21 +7,27 @@ Semantics (README.md, "Scale-out endpoints"; after vLLM's ``VLLM_ENABLE_SCALE_OU
 - Dedicated modes (``launch render``, ``serve --tokens-only``) always expose their endpoints; an
   explicit ``0`` there is a startup error naming the mode.
 - Plain ``serve`` exposes the scale-out endpoints only with ``1``; otherwise it logs an INFO hint
-  and the routes do not exist.
+  and the routes do not exist: a request for one is a 404, and its frame ``not_enabled``, that
+  says how to enable it (``Gating.hints``: ``--enable-scale-out``; ``--engine-url`` for the
+  pipelines of ``launch render``).
 - ``/abort_requests`` exists only in ``--tokens-only`` mode.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 from server.settings import Mode
 
 ENV_VAR = "TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS"
 ENV_ALIAS = "VLLM_ENABLE_SCALE_OUT_ENDPOINTS"
-DISABLED_HINT = f"Scale-out endpoints are disabled. Set {ENV_VAR}=1 to enable them."
+DISABLED_HINT = f"Scale-out endpoints are disabled. Start with --enable-scale-out (or {ENV_VAR}=1) to enable them."
+# How to enable a route group that is off (named by its "not enabled" errors: 404s and frame errors).
+ENABLE_SCALE_OUT = f"start the server with --enable-scale-out (or {ENV_VAR}=1)"
+ENABLE_SCALE_OUT_OVER_ZERO = "unset {name}=0 and start the server with --enable-scale-out"
+ENABLE_PIPELINE = "start `tokenwire launch render` with --engine-url URL (an engine to generate with)"
 
 
 class RouteGroup(StrEnum):
@@ -43,6 +49,7 @@ class GatingError(Exception):
 class Gating:
     groups: frozenset[RouteGroup]
     info: str | None = None  # a line to log at INFO at startup
+    hints: Mapping[RouteGroup, str] = field(default_factory=dict)  # how to enable a group that is off
 
     def __contains__(self, group: object) -> bool:
         return group in self.groups
@@ -91,9 +98,16 @@ def decide(mode: Mode, environ: Mapping[str, str], *, enable_scale_out: bool = F
             groups = base | scale_out
             if has_engine_url:
                 groups |= {RouteGroup.PIPELINE, RouteGroup.PLAYGROUND}
-            return Gating(frozenset(groups))
+                return Gating(frozenset(groups))
+            return Gating(frozenset(groups), hints=dict.fromkeys((RouteGroup.PIPELINE, RouteGroup.PLAYGROUND),
+                                                                 ENABLE_PIPELINE))
         return Gating(frozenset(base | scale_out | {RouteGroup.GENERATE, RouteGroup.ABORT}))
     groups = base | {RouteGroup.PIPELINE, RouteGroup.PLAYGROUND}
     if switch:
         return Gating(frozenset(groups | scale_out | {RouteGroup.GENERATE}))
-    return Gating(frozenset(groups), info=DISABLED_HINT)
+    if switch is False:
+        hint = ENABLE_SCALE_OUT_OVER_ZERO.format(name=ENV_VAR if ENV_VAR in environ else ENV_ALIAS)
+    else:
+        hint = ENABLE_SCALE_OUT
+    off = (RouteGroup.RENDER, RouteGroup.DERENDER, RouteGroup.GENERATE)
+    return Gating(frozenset(groups), info=DISABLED_HINT, hints=dict.fromkeys(off, hint))

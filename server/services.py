@@ -110,7 +110,9 @@ def build_derender_service(ctx: ServerContext, codec: StateCodec) -> DerenderSer
 def session_config(ctx: ServerContext) -> SessionConfig:
     s = ctx.settings
     frames = frozenset(t for group, types in FRAMES_BY_GROUP.items() if group in ctx.gating for t in types)
-    return SessionConfig(model=ctx.model_name, frames=frames, max_in_flight=s.ws_max_in_flight,
+    hints = {t: hint for group, types in FRAMES_BY_GROUP.items() if (hint := ctx.gating.hints.get(group))
+             for t in types if t not in frames}
+    return SessionConfig(model=ctx.model_name, frames=frames, frame_hints=hints, max_in_flight=s.ws_max_in_flight,
                          max_frame_bytes=s.ws_max_frame_bytes, idle_timeout=s.ws_idle_timeout or None,
                          max_lifetime=s.ws_max_lifetime or None,
                          server={"name": "tokenwire", "version": package_version()})

@@ -375,10 +375,11 @@ class Session:
 
     def _start(self, frame: f.RequestFrame) -> None:
         if frame.type not in self.config.frames:
+            hint = self.config.frame_hints.get(frame.type)
             self._frame_error(f.FrameError(
-                "not_enabled", f"{frame.type} frames are not enabled on this server "
-                f"(enabled: {', '.join(self.enabled_frames())}).", event_id=frame.event_id,
-                request_id=frame.id, param="type"))
+                "not_enabled", f"{frame.type} frames are not enabled on this server"
+                f"{': ' + hint if hint else ''} (enabled: {', '.join(self.enabled_frames())}).",
+                event_id=frame.event_id, request_id=frame.id, param="type"))
             return
         if frame.id not in self._requests and len(self._requests) >= self.config.max_in_flight:
             self._frame_error(f.FrameError(

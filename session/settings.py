@@ -28,6 +28,7 @@ MAX_SETTINGS_BYTES = 64 * 1024
 class SessionConfig:
     model: str  # the served model: the session's default ``model``
     frames: frozenset[str]  # request frame types this server enables (gating)
+    frame_hints: dict[str, str] = field(default_factory=dict)  # frame type off → how to enable it
     models: frozenset[str] = frozenset()  # names session.update may choose (default: {model})
     max_in_flight: int = 64
     max_frame_bytes: int = 16 * 1024 * 1024
