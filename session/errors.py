@@ -54,6 +54,12 @@ class ModelNotFound(SessionError):
     status = 404
     error_type = "NotFoundError"
 
-    def __init__(self, model: str) -> None:
-        super().__init__(f"The model `{model}` does not exist.", param="model")
+    def __init__(self, model: str, served: str | None = None) -> None:
+        super().__init__(not_served_message(model, served), param="model")
         self.model = model
+
+
+def not_served_message(model: str, served: str | None) -> str:
+    """vLLM's sentence for a model it does not serve, then the one this server serves."""
+    message = f"The model `{model}` does not exist."
+    return message if served is None else f"{message} This server serves `{served}`."

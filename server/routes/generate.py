@@ -25,6 +25,7 @@ from server.http import GONE, json_response, parse_body, until_disconnect
 from server.routing import Route
 from server.services import ctx_of
 from server.sse import DONE, sse
+from session.errors import not_served_message
 
 log = logging.getLogger("tokenwire.generate")
 
@@ -45,7 +46,7 @@ async def generate(request: Request) -> Response:
     engine = _engine(ctx)
     req = await parse_body(request, GenerateRequest)
     if req.model is not None and req.model != ctx.model_name:
-        raise ApiError(404, f"The model `{req.model}` does not exist.", param="model",
+        raise ApiError(404, not_served_message(req.model, ctx.model_name), param="model",
                        error_type="NotFoundError")
     if req.request_id is None:
         req = req.model_copy(update={"request_id": secrets.token_hex(8)})

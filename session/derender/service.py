@@ -94,7 +94,7 @@ class DerenderService:
     # --- shared checks ---------------------------------------------------------------------------
     def _check_model(self, model: str | None) -> None:
         if model is not None and model != self.model_name:
-            raise ModelNotFound(model)
+            raise ModelNotFound(model, self.model_name)
 
     def _check_prompt(self, ids: Sequence[int] | None, param: str = "prompt_token_ids") -> None:
         check_prompt_ids(ids, max_model_len=self.max_model_len, vocab_size=self.vocab_size, param=param)

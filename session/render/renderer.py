@@ -122,7 +122,7 @@ class Renderer:
     def check_model(self, model: str | None) -> None:
         """An absent model means the served one; any other name is vLLM's 404."""
         if model is not None and model != self.model_name:
-            raise ModelNotFound(model)
+            raise ModelNotFound(model, self.model_name)
 
     def render_chat(self, req: ChatCompletionRequest) -> GenerateRequest:
         return self._render_chat(req, _OPENAI)

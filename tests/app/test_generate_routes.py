@@ -138,10 +138,11 @@ def test_max_tokens_past_the_context_generates_up_to_the_context_length(client: 
     assert len(choice["token_ids"]) == 6 and choice["finish_reason"] == "length"
 
 
-def test_unknown_model_is_404_like_vllm(client: TestClient) -> None:
+def test_unknown_model_is_404_like_vllm_naming_the_served_model(client: TestClient) -> None:
     r = client.post(GENERATE, json=sample_request(model="other"))
     assert r.status_code == 404
-    assert r.json()["error"] == {"message": "The model `other` does not exist.", "type": "NotFoundError",
+    assert r.json()["error"] == {"message": "The model `other` does not exist. This server serves `tiny-model`.",
+                                 "type": "NotFoundError",
                                  "param": "model", "code": 404}
 
 

@@ -65,12 +65,14 @@ def test_requests_over_the_inline_limit_render_the_same(client: httpx.Client) ->
 def test_an_unknown_model_is_404_with_vllms_message(client: httpx.Client, path: str) -> None:
     body = {"model": "nope", "messages": USER} if path == CHAT else {"model": "nope", "prompt": "x"}
     err = openai_error(client.post(path, json=body), 404)
-    assert (err["type"], err["param"], err["message"]) == ("NotFoundError", "model", "The model `nope` does not exist.")
+    assert (err["type"], err["param"], err["message"]) == (
+        "NotFoundError", "model", "The model `nope` does not exist. This server serves `qwen3`.")
 
 
 def test_an_unknown_model_on_messages_is_an_anthropic_404(client: httpx.Client) -> None:
     r = client.post(MESSAGES, json={"model": "claude-nope", "max_tokens": 4, "messages": USER})
-    assert anthropic_error(r, 404, "not_found_error") == "The model `claude-nope` does not exist."
+    assert anthropic_error(r, 404, "not_found_error") == (
+        "The model `claude-nope` does not exist. This server serves `qwen3`.")
 
 
 def test_the_served_model_name_is_accepted(client: httpx.Client) -> None:

@@ -101,8 +101,11 @@ def test_the_unknown_model_error_matches_vllm_but_for_the_alias_list(client: htt
     assert r.status_code == sample["status"] == 404
     ours, theirs = r.json()["error"], sample["response"]["error"]
     assert {k: ours[k] for k in ("type", "param", "code")} == {k: theirs[k] for k in ("type", "param", "code")}
-    # vLLM appends "Valid aliases: <path>"; tokenwire serves one model and names no paths
-    assert theirs["message"].startswith(ours["message"])
+    # the same first sentence; then vLLM names its aliases ("Valid aliases: <path>"), tokenwire the
+    # one model it serves
+    first = "The model `nope` does not exist."
+    assert theirs["message"].startswith(first)
+    assert ours["message"] == f"{first} This server serves `tiny-model`."
 
 
 def test_a_missing_field_error_matches_vllms_status_and_param(client: httpx.Client) -> None:

@@ -74,11 +74,11 @@ def test_each_render_gets_a_fresh_request_id(qwen: Any) -> None:
     assert r.render_chat(chat()).request_id != r.render_chat(chat()).request_id
 
 
-def test_an_unknown_model_is_model_not_found_with_vllms_message(qwen: Any) -> None:
+def test_an_unknown_model_is_model_not_found_with_vllms_message_and_the_served_name(qwen: Any) -> None:
     with pytest.raises(ModelNotFound) as info:
         renderer(qwen).render_chat(chat(model="nope"))
     assert info.value.status == 404
-    assert info.value.message == "The model `nope` does not exist."
+    assert info.value.message == "The model `nope` does not exist. This server serves `qwen3`."
     assert info.value.param == "model"
 
 
