@@ -45,7 +45,7 @@ from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 from session.render import Renderer
 from session.render.anthropic import to_openai_chat
-from session.state import RANDOM_SECRET_WARNING, StateBinding, StateCodec, context_digest
+from session.state import RANDOM_SECRET_NOTE, StateBinding, StateCodec, context_digest
 
 
 class Pipeline:
@@ -56,7 +56,7 @@ class Pipeline:
         self.ctx = ctx
         self.renderer = renderer
         self._codec = codec
-        # a random per-process secret not yet warned about (no derender routes): warn at first use
+        # a random per-process secret not yet mentioned (no derender routes): an INFO line at first use
         self._warn_random_secret = warn_random_secret and codec.random_secret
         s = ctx.settings
         self.parser_names = (s.tool_call_parser, s.reasoning_parser, s.enable_auto_tool_choice)
@@ -72,7 +72,7 @@ class Pipeline:
     def codec(self) -> StateCodec:
         if self._warn_random_secret:
             self._warn_random_secret = False
-            logging.getLogger("tokenwire.state").warning(RANDOM_SECRET_WARNING)
+            logging.getLogger("tokenwire.state").info(RANDOM_SECRET_NOTE)
         return self._codec
 
     # --- the three stages, separately (WebSocket primitive frames) -----------------------------

@@ -49,6 +49,13 @@ RANDOM_SECRET_WARNING = (
     "random per-process secret, so other replicas (and this server after a restart) will refuse "
     "them. Set the same secret on every replica behind a load balancer."
 )
+# Plain `serve` (no derender routes: its states leave it only as resume checkpoints) says it at INFO:
+# a single server resumes its own streams with the random secret; only replicas need a shared one.
+RANDOM_SECRET_NOTE = (
+    "No --state-secret (TOKENWIRE_STATE_SECRET) configured: resume checkpoints are signed with a "
+    "random per-process secret, so streams resume on this server until it restarts. Set the same "
+    "secret on every replica if several serve the same clients."
+)
 
 
 MIN_SECRET_BYTES = 32

@@ -17,7 +17,7 @@ from server.gating import decide
 from server.services import Services
 from server.settings import Mode, Settings
 from server.ws.stages import PipelineStages
-from session.state import RANDOM_SECRET_WARNING
+from session.state import RANDOM_SECRET_NOTE, RANDOM_SECRET_WARNING
 
 SECRET = b"services-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 
@@ -61,13 +61,22 @@ def test_a_chat_template_that_does_not_compile_stops_app_creation(
         create_app(_ctx(asset, tokenizer, Mode.SERVE, chat_template="{% if %}"))
 
 
-def test_without_a_secret_a_server_without_derender_routes_warns_when_a_checkpoint_is_first_signed(
+def test_without_a_secret_plain_serve_says_so_at_info_when_a_checkpoint_is_first_signed(
         asset: Callable[[str], Path], tokenizer: Callable[[str], Any], caplog: pytest.LogCaptureFixture) -> None:
-    # As when the codec was built on first use: plain `serve` says nothing at start-up (most users
-    # never resume a stream), and says it once when a resumable stream first needs the codec.
-    with caplog.at_level(logging.WARNING, logger="tokenwire.state"):
+    # Plain `serve` says nothing at start-up (most users never resume a stream), and once, at INFO,
+    # when a resumable stream first needs the codec: a single server resumes its own streams; no
+    # WARNING, which is for servers whose derender states other replicas must accept.
+    with caplog.at_level(logging.INFO, logger="tokenwire.state"):
         services = create_app(_ctx(asset, tokenizer, Mode.SERVE, state_secret=None)).state.services
-        assert RANDOM_SECRET_WARNING not in caplog.text
+        assert caplog.records == []
         assert services.pipeline.codec is services.codec
         assert services.pipeline.codec is services.codec
-    assert caplog.text.count(RANDOM_SECRET_WARNING) == 1
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.INFO, RANDOM_SECRET_NOTE)]
+    assert RANDOM_SECRET_WARNING not in caplog.text
+
+
+def test_without_a_secret_a_server_with_derender_routes_warns_at_start_up(
+        asset: Callable[[str], Path], tokenizer: Callable[[str], Any], caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="tokenwire.state"):
+        create_app(_ctx(asset, tokenizer, Mode.RENDER, state_secret=None))
+    assert [(r.levelno, r.getMessage()) for r in caplog.records] == [(logging.WARNING, RANDOM_SECRET_WARNING)]
