@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable
 from typing import Any, TypeVar
 
@@ -12,9 +13,20 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from engine.json_depth import SHOWN, field_name, too_deep, too_deep_message
+from server import metrics
 from server.errors import ApiError, describe_validation_error
+from session.protocol.anthropic import MessagesRequest
+from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 
 M = TypeVar("M", bound=BaseModel)
+log = logging.getLogger("tokenwire")
+
+# Request models whose unknown top-level fields are accepted and ignored (as OpenAI-compatible
+# servers do), by API: each such field is counted, and named in a WARNING once per process.
+IGNORING_MODELS: dict[type[BaseModel], str] = {ChatCompletionRequest: "chat", CompletionRequest: "completion",
+                                               MessagesRequest: "messages"}
+MAX_NAMED_FIELDS = 1024  # field names remembered as already logged (then no more are named)
+_named_fields: set[str] = set()
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
@@ -70,10 +82,26 @@ async def parse_body(request: Request, model: type[M]) -> M:
 
 def validate(model: type[M], data: Any) -> M:
     try:
-        return model.model_validate(data)
+        result = model.model_validate(data)
     except ValidationError as exc:
         message, param = describe_validation_error(exc)
         raise ApiError(400, message, param=param) from None
+    api = IGNORING_MODELS.get(model)
+    if api is not None and result.model_extra:
+        note_ignored_fields(api, list(result.model_extra))
+    return result
+
+
+def note_ignored_fields(api: str, names: list[str]) -> None:
+    """Count ``names`` (unknown fields of a request to ``api``), and log the ones not named yet by
+    this process (vLLM 0.32 logs every request's ignored fields, at DEBUG; a WARNING per request
+    would let one client flood the log)."""
+    metrics.ignored_fields(api, len(names))
+    new = [name[:100] for name in names if name[:100] not in _named_fields]
+    if new and len(_named_fields) < MAX_NAMED_FIELDS:
+        _named_fields.update(new)
+        log.warning("The following fields were present in a %s request but ignored: %s (each field is "
+                    "named once; tokenwire_ignored_request_fields_total counts them all)", api, new)
 
 
 def json_response(data: Any, status: int = 200) -> Response:

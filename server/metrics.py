@@ -47,6 +47,9 @@ ERRORS = Counter("tokenwire_errors", "Errors answered (HTTP 4xx/5xx, WebSocket e
 ACTIVE_SESSIONS = Gauge("tokenwire_active_sessions", "WebSocket sessions open.", registry=REGISTRY)
 INFLIGHT_GENERATIONS = Gauge("tokenwire_inflight_generations", "Engine requests in flight.", registry=REGISTRY)
 PROMPT_TOKENS = Counter("tokenwire_prompt_tokens", "Prompt tokens sent to the engine.", registry=REGISTRY)
+IGNORED_FIELDS = Counter("tokenwire_ignored_request_fields", "Unknown top-level request fields ignored (a "
+                         "misspelt `temprature`), by API; the log names each field once.", ["api"],
+                         registry=REGISTRY)
 HEADER_TIMEOUTS = Counter("tokenwire_header_timeouts", "HTTP connections closed (408) because a request's headers "
                           "did not arrive within --header-timeout.", registry=REGISTRY)
 
@@ -132,6 +135,10 @@ def http_request(route: str, status: int) -> None:
 
 def error(kind: str, transport: str) -> None:
     ERRORS.labels(kind, transport).inc()
+
+
+def ignored_fields(api: str, count: int) -> None:
+    IGNORED_FIELDS.labels(api).inc(count)
 
 
 def ws_request(frame: str) -> None:
