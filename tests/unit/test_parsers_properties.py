@@ -116,7 +116,7 @@ def _promises(parser: ToolParser | ReasoningParser, text: str) -> list[tuple[str
             out.append((text, "", []))
         return out
     call = parser.plain_args_call()
-    if call is not None and is_plain(text):
+    if call is not None and is_plain(text) and parser.plain_args_guard() not in text:
         out.append(("", "", [(call, None, text)]))
     guard = parser.plain_content_guard()
     if guard is not None:
