@@ -1,33 +1,6 @@
 """gpt-oss's harmony output format, split incrementally as vLLM 0.32 splits it.
 
-vLLM derenders gpt-oss (``model_type: gpt_oss``) with ``HarmonyParser`` (``vllm/parser/harmony.py``)
-over the harmony library's ``StreamableParser``, a native object it cannot serialize, so its split
-derender replays the whole output on every call. This module is our own state machine over the
-same markers, on the decoded text (special tokens kept):
-
-    <|start|>HEADER<|message|>CONTENT<|end|>     (or <|call|> / <|return|>, or the end of the output)
-
-The first message's ``<|start|>assistant`` is the prompt's. States: ``S`` (expect ``<|start|>``;
-other text is dropped, as the library refuses those tokens), ``H`` (header text up to
-``<|message|>``), ``C`` (content up to a stop marker), ``X`` (a header too long to be one: the rest
-is content). A header is parsed as the library parses it (channel after ``<|channel|>``, role,
-``to=RECIPIENT``, content type), and each message goes where vLLM sends it:
-
-* recipient a function (``functions.NAME``, or any recipient that is not a built-in tool such as
-  ``browser.search`` / ``python`` / ``container.exec``) → a tool call (only with the tool parser);
-* channel ``analysis`` → reasoning (only with the reasoning parser);
-* channel ``final``, or ``commentary`` without a recipient (a preamble) → content;
-* anything else (built-in tool calls, unknown channels, messages of other roles) → dropped.
-
-As vLLM's non-streaming answer: the texts of several reasoning (or content) messages are joined
-with ``"\\n"``; JSON arguments (no content type, or one containing ``json``) are re-serialized as
-``json.dumps(json.loads(text))`` (streamed through ``tool/json_stream.py``, then ASCII-escaped as
-``json.dumps`` does by default), other arguments are the raw text; an output that ends inside a
-header returns that header's text (since the last complete message) as content.
-
-The state (``snapshot``) is the mode, a held partial marker or the header so far (bounded by
-``HEADER_MAX``), the current message's kind and flags, and the JSON reader: never the output.
-``is_harmony_model(config)`` says whether a model's ``config.json`` makes vLLM use harmony.
+The full rules: docs/parsers.md, "gpt-oss harmony".
 """
 
 from __future__ import annotations

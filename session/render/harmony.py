@@ -1,33 +1,6 @@
 """gpt-oss prompts as vLLM 0.32 builds them: harmony messages, not a chat template.
 
-For a model whose ``config.json`` says ``model_type: gpt_oss`` vLLM ignores the chat template and
-builds the prompt with the harmony library (``vllm/renderers/online_renderer.py``
-``_make_request_with_harmony``, ``vllm/entrypoints/openai/parser/harmony_utils.py``, and the
-``oss-harmony`` 0.0.11 renderer it calls). This module writes those rules out (no harmony library
-at run time); the ids are vLLM's (tests/data/vllm/parsers/gpt_oss.json, "render").
-
-The conversation, in vLLM's order:
-
-1. a ``system`` message: the model identity, ``Knowledge cutoff: 2024-06``, ``Current date: D``
-   (``VLLM_SYSTEM_START_DATE``, else today's local date, as vLLM), ``Reasoning: low|medium|high``
-   (medium when the request gives none; ``"none"`` and other values are a 400), and the channels
-   line (with the ``functions`` line when tools are declared);
-2. a ``developer`` message when the first chat message is ``system`` / ``developer`` (its text is
-   the ``# Instructions``) or the request has tools (``# Tools`` / ``namespace functions`` in
-   harmony's TypeScript-like form, :func:`schema_to_typescript`), whatever ``tool_choice`` says;
-3. the rest of the chat: user messages; assistant content on ``final``, reasoning on ``analysis``,
-   tool calls as ``assistant to=functions.NAME<|channel|>commentary json`` messages ending with
-   ``<|call|>`` (content before the calls on ``commentary``); tool results as
-   ``functions.NAME<|channel|>commentary to=assistant`` (the name found from ``tool_call_id``);
-   later system / developer messages as developer instructions;
-4. ``analysis`` messages before the last assistant ``final`` message dropped; ``<|start|>assistant``.
-
-With ``VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS=1`` (vLLM's switch) the instructions join the model
-identity in the system message instead, and later system messages are whole system messages.
-
-Each piece of text is encoded on its own, special-token text as ordinary text (the library's
-``encode_ordinary``); the formatting tokens are single ids. The chat template, ``add_generation_prompt``,
-``continue_final_message`` and ``chat_template_kwargs`` play no part (vLLM ignores them here).
+The full rules: docs/render.md, "gpt-oss (harmony)".
 """
 
 from __future__ import annotations

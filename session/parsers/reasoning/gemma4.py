@@ -1,21 +1,6 @@
 """``gemma4``: Gemma 4's thinking channel, ``<|channel>thought\\n…<channel|>``.
 
-As vLLM 0.32's ``gemma4`` reasoning parser (the ``Gemma4Parser`` engine grammar with tool
-parsing off, non-streaming answer):
-
-- the output starts as content; ``<|channel>`` starts reasoning, ``<channel|>`` ends it, and a
-  ``<|tool_call>`` ends it too (the call is content, for the tool parser); a later ``<|channel>``
-  starts reasoning again (all of it is one reasoning text), a ``<channel|>`` outside reasoning and a
-  ``<tool_call|>`` that closes no call are dropped;
-- an output that starts with ``thought\\n``, or is ``thought`` cut short before ``<channel|>``,
-  starts in reasoning (vLLM adds the ``<|channel>`` the prompt may have held);
-- the reasoning's leading ``thought\\n`` (the channel's name) and trailing whitespace are dropped;
-  a reasoning that is only ``thought`` is none;
-- the special tokens the grammar does not name are dropped (see ``tool.gemma4.DROPPED``).
-
-``chat_template_kwargs.enable_thinking`` changes nothing here: the template then leaves the
-channel to the model, which opens it in its output (vLLM's split reads the output alone). The
-markers are special tokens: decode with them kept. Differences: /work/notes/docs-gemma4.md.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

@@ -1,26 +1,6 @@
 """``glm45`` / ``glm47``: GLM-4.5 / 4.6 / 4.7 / 5 ``<think>`` … ``</think>`` reasoning.
 
-vLLM 0.32 maps both names to one grammar (``vllm/parser/glm47_moe.py``); its non-streaming split,
-which this parser reproduces for any split of the text:
-
-- thinking is on unless ``chat_template_kwargs`` turns it off (``thinking`` / ``enable_thinking``:
-  on when neither is given, else on when either is truthy). Off: everything is content, verbatim
-  (the think tags included);
-- on: the output starts as reasoning (GLM-4.7's template opens ``<think>`` in the prompt, GLM-4.5 /
-  4.6 let the model write it); while reasoning, ``<think>`` is dropped, ``</think>`` ends the
-  reasoning (dropped), and ``<tool_call>`` ends it implicitly: the marker and what follows are
-  content, for the tool parser. Without an end, everything is reasoning (cut short);
-- after the reasoning, ``</think>`` is dropped and ``<think>`` opens reasoning again (vLLM's
-  reasoning pass reads the whole output, tool calls included, with one state machine);
-- trailing whitespace of the reasoning is dropped (vLLM ``rstrip``s the joined reasoning): it is
-  held until more reasoning follows or the output ends. Leading whitespace stays (GLM-4.6 writes
-  ``"\\n<think>"``: its reasoning starts with ``"\\n"`` in vLLM too).
-
-The prompt's own ``<think>`` does not matter here: vLLM's non-streaming split starts in reasoning
-whenever thinking is on (every GLM template opens or lets the model open the block then), and with
-thinking off nothing is reasoning.
-
-State between feeds: the mode, a partial tag, the held whitespace (at most ``WS_HOLD`` characters).
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

@@ -1,22 +1,7 @@
 """``granite``: IBM Granite 3.2's plain-text reasoning sections, ``Here is my thought process:`` …
 ``Here is my response:`` … (``Here's`` accepted for either, as vLLM accepts it).
 
-As vLLM's ``GraniteReasoningParser``: the reasoning is the text between the two phrases and the
-content the text after the second, both verbatim (the phrases are dropped); an output that does
-not start with a thought-process phrase is all content.
-
-Reading a stream: at the start the text is held while it can still become a thought-process
-phrase (at most 27 characters), then it is either reasoning or all content; inside the reasoning a
-partial response phrase is held back. State: ``m`` mode (``start`` / ``reasoning`` /
-``content``), ``b`` held text.
-
-Differs from vLLM, whose stream and non-streaming answer disagree here (this follows its stream):
-
-- a thought-process phrase that does not start the output (``Sure. Here is my thought
-  process: …``): all content; vLLM's non-streaming answer takes the reasoning from wherever the
-  phrase is, dropping the text before it;
-- no response phrase (the output was cut short): what follows the thought-process phrase is
-  reasoning; vLLM's non-streaming answer returns the whole output, phrase included, as content.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

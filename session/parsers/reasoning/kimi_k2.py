@@ -1,25 +1,6 @@
 """``kimi_k2``: Kimi-K2 Thinking / K2.5 ``<think>`` … ``</think>`` reasoning.
 
-As vLLM 0.32's ``kimi_k2`` engine grammar (``vllm/parser/kimi_k2.py``) splits a whole output
-(its non-streaming path):
-
-- thinking is on unless ``chat_template_kwargs`` turns it off: with neither ``thinking`` nor
-  ``enable_thinking`` given (or both null) it is on, otherwise it is on when either is truthy.
-  Off: everything is content, think tags included;
-- on: the output starts as reasoning (the prompt is not consulted: vLLM's non-streaming path does
-  not look at it either, so a Kimi-K2-Instruct answer without tags is reasoning); every
-  ``<think>`` in the reasoning is dropped; ``</think>`` ends it; a
-  ``<|tool_calls_section_begin|>`` ends it too, and the marker and everything after it are
-  content (for the tool parser); without either everything is reasoning (the output was cut
-  short);
-- trailing whitespace of the reasoning is dropped (held back until more reasoning follows);
-- after the reasoning every ``</think>`` is dropped (vLLM's grammar drops it in content, tool
-  calls included); the rest of the content is verbatim.
-
-A whitespace run longer than ``WS_MAX`` at the end of the reasoning is not held (kept in the
-reasoning): the state stays small. The tags are special tokens in Kimi's tokenizer: decode with
-them kept. State between feeds: the mode, the held-back text (a partial tag), the held
-whitespace.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

@@ -1,22 +1,6 @@
 """``minimax_m2`` and ``minimax_m2_append_think``: MiniMax-M2 reasoning.
 
-MiniMax-M2's template ends the prompt with ``<think>\\n``; the model writes its reasoning, then
-``</think>``, then the answer.
-
-``minimax_m2`` is vLLM 0.32's ``minimax_m2`` engine grammar, read for reasoning:
-
-- the output starts as reasoning (content when the prompt already closed the think block, as vLLM's
-  streaming reads the prompt); every ``<think>`` there is dropped;
-- ``</think>`` ends it (dropped); ``<minimax:tool_call>`` ends it too, and the marker and what follows
-  are content (for the tool parser); with neither, everything is reasoning (the output was cut);
-- the reasoning is right-stripped (vLLM strips trailing whitespace; whitespace is held back until
-  more reasoning follows);
-- in content every further ``</think>`` is dropped (vLLM's grammar drops it from content, its
-  non-streaming pass inside call arguments too); the rest is verbatim.
-
-``minimax_m2_append_think`` is vLLM's ``MiniMaxM2AppendThinkReasoningParser``: no reasoning at all,
-the content is ``"<think>"`` followed by the whole output (the think block kept inside the content,
-as the template's prompt opened it).
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

@@ -1,27 +1,7 @@
 """``mistral``: Magistral / Ministral-3 reasoning, ``[THINK]`` … ``[/THINK]`` (v13 tokenizers' special
 tokens).
 
-As vLLM 0.32's ``MistralParser`` grammar (``vllm/parser/mistral.py``, reasoning encoded as special
-tokens) reads a whole output:
-
-- the output starts as **content** (the templates do not open a think block in the prompt);
-  ``[THINK]`` starts reasoning and is dropped, ``[/THINK]`` ends it and is dropped;
-- a ``[TOOL_CALLS]`` while reasoning ends it implicitly: the marker and what follows are content,
-  for the tool parser;
-- a ``[THINK]`` inside reasoning is dropped, a ``[/THINK]`` inside content is dropped, and a
-  ``[THINK]`` after the reasoning ended starts reasoning again (all reasoning pieces together are
-  the reasoning);
-- no ``[/THINK]``: the rest is reasoning (the output was cut short);
-- the reasoning's trailing whitespace is dropped (``strip_trailing_reasoning_whitespace``): held
-  back (snapshot ``w``) until more reasoning comes, dropped at the end.
-
-State: ``m`` mode, ``b`` a partial marker held back, ``w`` held whitespace.
-
-``needs_special_tokens`` is true: the markers are special tokens and vLLM decodes with them.
-Differs from vLLM's stream (which this follows its non-streaming answer over): vLLM's streaming
-path treats the reasoning as over from the start when the prompt holds a ``[/THINK]`` (the
-default Ministral-3 system prompt does), and then sends ``[THINK]`` … as content unless its tool
-parser reads it.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

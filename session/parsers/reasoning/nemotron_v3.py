@@ -1,23 +1,7 @@
 """``nemotron_v3``: NVIDIA Nemotron 3 ``<think>`` … ``</think>`` reasoning; ``granite_thinking_parser``:
 Granite 4.2's, the same with the content's leading newlines dropped.
 
-As vLLM 0.32's ``NemotronV3Parser``, which is its qwen3 grammar with one change: **the reasoning's
-trailing whitespace is dropped** (``strip_trailing_reasoning_whitespace``). So, as ``qwen3`` here:
-the output starts as reasoning (the Nemotron 3 template opens ``<think>\\n`` in the prompt), a
-``<think>`` in it is dropped, ``</think>`` ends it, a ``<tool_call>`` ends it implicitly (the call
-is content, for the tool parser), no ``</think>`` means all reasoning, and
-``chat_template_kwargs.enable_thinking`` false (or a prompt that closed the think block) makes
-everything content. Whitespace at the end of the reasoning is held back until more reasoning comes
-(snapshot ``w``) and dropped when the reasoning ends.
-
-``granite_thinking_parser`` (vLLM's ``GraniteThinkingParser``) also drops the newlines the content
-starts with (the Granite template writes ``</think>\\n``); snapshot ``c``: content other than
-newlines was sent.
-
-Differs from vLLM: with ``enable_thinking: false`` or ``force_nonempty_content: true`` vLLM's
-non-streaming answer swaps reasoning and content when the content is empty (an output cut short
-inside the reasoning becomes content); a stream has sent that reasoning as reasoning already and
-keeps it there (vLLM's stream sends it twice: as reasoning, then again as content at the end).
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

@@ -1,25 +1,6 @@
 """``qwen3`` (and ``seed_oss``, ``step3p5``): Qwen3 / Qwen3.5 ``<think>`` … ``</think>`` reasoning.
 
-As vLLM 0.32's qwen3 grammar (one grammar for reasoning and tool calls, ``vllm/parser/qwen3.py``):
-
-- ``chat_template_kwargs.enable_thinking`` false (the template then closes the think block in the
-  prompt): everything is content;
-- otherwise every ``<think>`` while reasoning is dropped (a repeated one too), text up to
-  ``</think>`` is reasoning, the rest content, and without ``</think>`` everything is reasoning
-  (the output was cut short);
-- a ``<tool_call>`` while reasoning ends reasoning implicitly, whatever follows it (a Qwen3 that
-  answers with a tool call directly, a Qwen3-Instruct model, Qwen3.5's XML calls, a call made
-  inside the think block): the marker and everything after it are content, for the tool parser
-  to read. The text before it stays reasoning.
-
-vLLM 0.32's grammar also drops a ``</think>`` that comes after reasoning ended; here the content is
-verbatim (this parser runs before the tool parser and cannot tell content from a call's
-arguments, where vLLM's stream keeps it; the ``qwen3_coder`` tool parser drops it from content):
-see docs/parsers.md.
-
-``seed_oss`` is the same grammar with ByteDance Seed-OSS's tags (``<seed:think>``,
-``<seed:tool_call>``); ``step3p5`` (StepFun Step-3.5) always thinks (``enable_thinking`` is
-ignored) and drops the whitespace that ends its reasoning.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

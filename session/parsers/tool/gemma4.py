@@ -1,26 +1,6 @@
 """``gemma4``: Gemma 4 tool calls, ``<|tool_call>call:NAME{key:value,…}<tool_call|>``.
 
-As vLLM 0.32's ``gemma4`` tool parser (the ``Gemma4Parser`` engine grammar read on the content,
-non-streaming answer):
-
-- a call starts at ``<|tool_call>``; text up to the first ``:`` (``call:``) is dropped, the name
-  runs to ``{`` (or ``(``) and is stripped, the arguments run to ``<tool_call|>`` (or the end of
-  the output) and are converted as :mod:`.gemma4_args` describes (``<|"|>``-delimited strings,
-  bare values, schema types from the request's tools); ``<tool_call|>`` right after the name is a
-  call with ``{}``; a call whose name is empty is dropped; a stray ``<tool_call|>`` is dropped;
-- content is the text before the first call; once a call has a name, the text after it is
-  dropped; whitespace-only content before a call is dropped, and the content's trailing
-  whitespace is dropped when the call that follows it is returned (vLLM strips the content of a
-  message with calls);
-- the special tokens the grammar does not name (``<turn|>``, ``<eos>``, ``<|tool_response>``, …)
-  are dropped wherever they appear, as vLLM's engine drops them;
-- ``tool_choice: "none"`` with tools: no calls, and the content is the text outside them (vLLM's
-  engine reads the calls and suppresses them); no tools: calls are read but not returned;
-  ``"required"`` and a named function read the calls as ``"auto"`` does (vLLM's gemma4 parser
-  does not support structured output for them: ``supports_required_and_named = False``).
-
-The markers are special tokens (Gemma 4's tokenizer config names every one of them), so the text
-is decoded with special tokens kept. Differences from vLLM: /work/notes/docs-gemma4.md.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

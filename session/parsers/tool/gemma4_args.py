@@ -1,34 +1,6 @@
 """Gemma 4's argument syntax, read incrementally into the JSON vLLM 0.32 returns for it.
 
-A call's arguments are ``key:value`` pairs, ``,``-separated, written the way Gemma's chat template
-writes them: strings between ``<|"|>`` delimiters (verbatim, no escapes), objects ``{…}``, arrays
-``[…]``, and bare values (``42``, ``true``) that run up to the next ``,`` / ``}`` / ``]``::
-
-    location:<|"|>Paris<|"|>,days:3,opts:{metric:true},tags:[<|"|>a<|"|>,<|"|>b<|"|>]
-
-vLLM's non-streaming answer (``vllm.parser.gemma4``: the converter, then ``ParserEngine``'s type
-fix) is ``json.dumps`` of a dict in which every scalar is the *string* the model wrote (bare values
-stripped, strings verbatim), then coerced by the request's tool schema: a property typed
-``integer`` / ``number`` / ``boolean`` / ``null`` / ``object`` / ``array`` turns ``"3"`` into ``3``
-as vLLM's ``coerce_to_schema_type`` does (``schema_values``); without a schema (an unknown function, no ``properties``)
-values stay strings. :class:`ArgsReader` produces that text in pieces as the model writes:
-
-- raw text → the arguments with outer whitespace and the closing ``}`` (or ``)``) removed, as the
-  converter strips them (the trailing run is held until more text shows it is not the end);
-- → tokens: ``<|"|>`` or one character (a partial delimiter is held);
-- → a stack of levels, one per open object / array, each running vLLM's key/value scanner and,
-  for the nested ones, the bracket-depth scanner its parent uses to find where it ends (they can
-  disagree on malformed input, so both run, as in vLLM).
-
-A string value whose schema leaves it a string streams character by character; a value the schema
-may convert, and every bare value, is held until it ends, then written in its converted form.
-State: the held tails, two bracket counts, and per open level its parse state, the key being read
-and a held value: never what was already emitted.
-
-Differences from vLLM (docs: /work/notes/docs-gemma4.md): a repeated key is emitted twice (vLLM's
-dict keeps the last value at the first position); in a nested object or array that the output
-leaves open (cut off), vLLM's partial reader stops at a bare value ending in ``.`` and drops what
-follows it; here what was streamed stays.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

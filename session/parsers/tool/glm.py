@@ -1,38 +1,7 @@
 """``glm45`` / ``glm47``: GLM-4.5 / 4.6 / 4.7 / 5 tool calls,
 ``<tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>…</tool_call>``.
 
-vLLM 0.32 maps both names to one grammar (``vllm/parser/glm47_moe.py``), so they behave the same
-here too: GLM-4.5 / 4.6 put a newline after the name and between the tags
-(``<tool_call>NAME\\n<arg_key>k</arg_key>\\n<arg_value>v</arg_value>\\n</tool_call>``), GLM-4.7
-writes none, and both read alike (the name is stripped, whitespace between ``</arg_key>`` and
-``<arg_value>`` and text between pairs are ignored). What vLLM's non-streaming parse gives, which
-this parser reproduces for any split of the text:
-
-- a call is ``<tool_call>``, the name up to ``<arg_key>`` or ``</tool_call>`` (stripped), then the
-  pairs, up to the first ``</tool_call>`` (or the end of the output: an unclosed call counts);
-  ``<tool_call>NAME</tool_call>`` is a call with ``{}``;
-- a call whose name is not one of the request's tools is dropped, markup and all;
-- each pair is ``<arg_key>K</arg_key>`` (whitespace) ``<arg_value>V</arg_value>`` read as vLLM's
-  regex reads it (the key extends to the first ``</arg_key>`` followed by ``<arg_value>``, the value
-  to the first ``</arg_value>``); the key is stripped, the value is not; the arguments are
-  ``json.dumps({K: V, …}, ensure_ascii=False)`` with each V converted by the tool's JSON schema as
-  vLLM's ``coerce_to_schema_type`` converts it (``"5"`` → ``5`` for an integer, ``"{…}"`` parsed
-  for an object, …; a string without a schema or a property);
-- content: with at least one call, the text before the first ``<tool_call>``, stripped (text
-  between and after calls is dropped); without any, all the text outside calls, as it is, unless
-  that is only whitespace and a ``<tool_call>`` was read (then none).
-
-Streaming: the name is announced at ``<arg_key>`` / ``</tool_call>``; a value that can only be a
-string streams as it is generated; a value the schema may convert is held until its
-``</arg_value>`` (or, past ``VALUE_HOLD`` characters, streamed: JSON text as JSON, anything else
-as a string). Content holds back only its trailing whitespace (stripped if a call follows).
-
-Where this differs from vLLM's non-streaming answer (docs/parsers.md): a value cut off before
-``</arg_value>`` (``length``, or ``</tool_call>`` first) that already streamed is closed and kept
-(vLLM drops the pair; its streaming sends it unclosed); content whitespace before the first
-non-space character is sent (vLLM strips it when a call follows); text after a dropped call is sent
-as content (vLLM drops it when a later call is accepted); a repeated key is sent twice (vLLM keeps
-the last value at the first key's place).
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

@@ -1,32 +1,7 @@
 """IBM Granite tool calls: ``granite`` (Granite 3.x, a JSON list after a marker) and ``granite4``
 (Granite 4, ``<tool_call>{json}</tool_call>`` blocks).
 
-``granite4`` — as vLLM's ``Granite4ToolParser``:
-
-- every block is ``<tool_call>`` JSON ``</tool_call>``, the JSON one object with ``name`` (a string)
-  and ``arguments``; the arguments are ``json.dumps(value, ensure_ascii=False)`` (streamed in that
-  canonical form as they arrive);
-- all text outside the blocks is content — before, between and after them, verbatim; content
-  that is only whitespace is no content when calls were made (vLLM's chat server drops it);
-- an output whose first block is not such a call (broken JSON, no ``name`` or ``arguments``, an
-  empty or unclosed block) is content as a whole, as vLLM returns the raw output.
-
-``granite`` — as vLLM's ``GraniteParser`` (the engine grammar ``vllm/parser/granite.py``):
-
-- ``<|tool_call|>`` (Granite 3.0, a special token) or ``<tool_call>`` (3.1, text) opens a JSON
-  array of ``{"name": …, "arguments": {…}}`` objects; whitespace and commas between them are
-  skipped, the array's ``]`` ends it and any text after it is content again (another marker may
-  open another array). Anything else where an element or ``[`` is expected ends the array: that
-  character and the text after it are content (the marker is dropped).
-- each ``{…}`` element (balanced, string-aware) is one call. Its name is the first
-  ``"name": "…"`` in the element's raw text (vLLM's regex; no JSON decoding), its arguments the
-  *raw text* of the element's top-level ``"arguments"`` object, verbatim (``{}`` when there is
-  none; an element cut short keeps the prefix it has). An element without a name is no call.
-- when calls were made the content is stripped of leading and trailing whitespace (and is no
-  content when only whitespace is left), as vLLM strips it; without calls it is verbatim.
-
-Where this differs from vLLM (a stream cannot take back what it sent; docs/parsers.md): see each
-class.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

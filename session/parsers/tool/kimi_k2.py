@@ -1,32 +1,6 @@
 """``kimi_k2``: Kimi-K2 (Instruct, Thinking, K2.5) tool calls.
 
-    <|tool_calls_section_begin|><|tool_call_begin|>functions.NAME:IDX<|tool_call_argument_begin|>{json}<|tool_call_end|>…<|tool_calls_section_end|>
-
-The split follows vLLM 0.32's ``kimi_k2`` engine grammar (``vllm/parser/kimi_k2.py``) as its
-non-streaming path reads the content:
-
-- content is the text before ``<|tool_calls_section_begin|>`` (other markers there are text);
-  content that is only whitespace is dropped once a ``<|tool_call_begin|>`` follows; after the
-  section begins nothing is content again (text between calls, after the section, is dropped; a
-  ``<|tool_call_begin|>`` even after ``<|tool_calls_section_end|>`` still starts a call);
-- the header (the text up to ``<|tool_call_argument_begin|>``, other markers included) is the
-  call id: ``re.match(r".+:\\d+", header.strip())``; the name is the id's text before the first
-  ``:`` without a ``functions.`` prefix. The id is passed on (``ToolCallDelta.id``) as vLLM
-  reports it. A header that is not such an id makes no call, except when the call's arguments are
-  empty (or the output ends in the header): then the whole stripped header is the name (vLLM's
-  fallback), and the id is ``functions.NAME:K``, K counting such calls from 0 (vLLM's Kimi ids);
-- arguments are the raw text up to ``<|tool_call_end|>`` or ``<|tool_calls_section_end|>``
-  (other markers in it are text), streamed as generated, stripped (leading whitespace is skipped,
-  trailing whitespace held until more follows), ``{}`` when empty; an output cut short keeps the
-  call with the arguments so far (vLLM's non-streaming does too);
-- the names are not checked against the request's tools (vLLM does not either).
-
-Where this differs from vLLM: vLLM's non-streaming answer re-serializes the arguments
-(``json.dumps``) when it coerced a value to the type the tool's schema declares (``"3"`` for an
-integer); its streaming sends the raw text, and so does this parser (it cannot know before the
-call ends). A header longer than ``HEAD_MAX`` characters (vLLM keeps any) makes no call, and a
-whitespace run longer than ``WS_MAX`` characters is not held (so stays in content or arguments):
-both keep the state small. The markers are special tokens: decode with them kept.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

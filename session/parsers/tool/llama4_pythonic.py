@@ -1,30 +1,7 @@
 """``llama4_pythonic``: Llama 4's pythonic calls, ``[f(a=1), g()]``, optionally wrapped in
 ``<|python_start|>`` … ``<|python_end|>``.
 
-As vLLM 0.32's ``Llama4PythonicToolParser`` — its ``pythonic`` parser plus one rule — reads a whole
-output (its non-streaming answer):
-
-- an output that starts with ``<|python_start|>`` is read without that marker and with every
-  ``<|python_end|>`` in it removed (one inside a string argument too); the rest is read as
-  ``pythonic`` reads an output: calls when it is a list of calls, else the output is content —
-  then *as written*, markers included (vLLM's chat server returns the raw output when no call was
-  found);
-- an output that does not start with the marker is read exactly as ``pythonic`` reads it
-  (``<|python_end|>`` is plain text; after the list's ``]`` it is dropped with the rest, as
-  ``pythonic`` drops text after the list);
-- argument values are vLLM 0.32's literals, as ``pythonic`` reads them.
-
-This parser is a filter in front of :class:`~.pythonic.PythonicToolParser`: it decides whether the
-output starts with the marker (holding a partial ``<|python_start|>`` at the start), then strips
-``<|python_end|>`` from what it passes on (holding a partial one at the end of a chunk), and keeps
-the original text until the first call is announced so that a fallback is the text as written.
-Its state: ``x`` the stage (``pre`` deciding, ``on`` the marker was there, ``off`` it was not,
-``raw`` fallen back after the marker: all is content), ``h`` the held partial marker, ``o`` the
-original text while no call was announced (after the marker only).
-
-On Llama 4 both markers are special tokens: decoded with ``skip_special_tokens`` (the default;
-``needs_special_tokens`` is false, as vLLM's parser does not ask for them) they are not in the text
-and the output reads as plain ``pythonic``; spelled out as text, they are handled as above.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

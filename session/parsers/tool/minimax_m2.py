@@ -1,40 +1,6 @@
 """``minimax_m2``: MiniMax-M2 XML tool calls, as vLLM 0.32's ``minimax_m2`` engine grammar reads them::
 
-    <minimax:tool_call>
-    <invoke name="get_weather">
-    <parameter name="city">Seattle</parameter>
-    <parameter name="days">3</parameter>
-    </invoke>
-    </minimax:tool_call>
-
-The text is cut into vLLM's terminals (the same literals, the same longest-match lexing) and run through
-the same states: content, ``<minimax:tool_call>`` preamble, ``<invoke name=…`` name, arguments up to
-``</invoke>``, between calls. ``<invoke name=`` starts a call even outside a ``<minimax:tool_call>``
-block; a stray ``</minimax:tool_call>`` in content is dropped; text in the preamble,
-between calls and (once a call was accepted) after it is dropped.
-
-A call is kept when its name (stripped) is one of the request's tools (vLLM validates names). Its
-arguments are the ``<parameter name="…">value</parameter>`` pairs vLLM's converter finds (whitespace
-inside the tags allowed, ``'…'`` or bare names, a value also ending where the next
-``<parameter name=`` starts, text between parameters ignored, an empty name skipped), each value
-verbatim and converted by the tool's JSON schema exactly as vLLM's ``coerce_to_schema_type`` does:
-``json.dumps`` of the converted object. A value that stays a string whatever it holds (schema type
-``string``, or no schema) streams as it is generated; a typed value (integer, boolean, object…) is held
-until its ``</parameter>``, then sent converted.
-
-Content follows vLLM's non-streaming answer: stripped of surrounding whitespace when a call was made
-(whitespace is held back until the next non-space text shows whether it is inside the content), and
-only the text before the first call then. Where a stream cannot know that yet (docs/parsers.md):
-leading whitespace before the first non-space content is kept, text after a refused call is content.
-Other deliberate differences: an unclosed string value at ``</invoke>`` or at the end of the output
-keeps what was streamed and is closed (vLLM drops the parameter); a repeated parameter name is sent
-twice (``json.loads`` keeps the last one, as vLLM's dict does); ``</think>`` in content stays (vLLM's
-grammar drops it; the reasoning parser in front drops it where vLLM's non-streaming answer does, and
-``minimax_m2_append_think`` keeps the think block whole in the content on purpose).
-
-With ``tool_choice: "none"`` and tools, calls are read but not reported and all other text is content
-(vLLM strips the call markup); with no tools every name is accepted and nothing reported (vLLM's
-``"none"`` default for a request without tools).
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

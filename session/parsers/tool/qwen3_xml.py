@@ -1,34 +1,7 @@
 """``qwen3_coder`` / ``qwen3_xml`` (and ``step3p5``, ``seed_oss``, ``mimo``): the Qwen3-Coder /
 Qwen3.5 XML tool-call grammar, as vLLM 0.32's engine parser reads it (``vllm/parser/qwen3.py``)::
 
-    <tool_call>
-    <function=NAME>
-    <parameter=KEY>
-    VALUE
-    </parameter>
-    </function>
-    </tool_call>
-
-- a call starts at ``<tool_call>`` or at a bare ``<function=``; text between ``<tool_call>`` and
-  ``<function=``, and between ``</function>`` and ``</tool_call>``, is dropped; the name is the
-  text up to ``>`` (stripped; an empty name drops the call); the body ends at ``</function>``
-  only, so a missing ``</function>`` makes the rest of the output that call's body;
-- each ``<parameter=KEY>`` (any whitespace inside the tag) opens a value that ends at
-  ``</parameter>`` or at the next ``<parameter=``; one newline at each end of it is markup; text
-  outside parameters is ignored; a typed parameter still open at ``</function>`` (or at the end of
-  the output) is dropped, a string one keeps what streamed of it and is closed;
-- values convert by the tool's JSON schema (``schema_values``); arguments are
-  ``json.dumps({key: value, …}, ensure_ascii=False)``;
-- ``</think>`` in content is dropped (the grammar's duplicate-end rule) when a reasoning parser
-  is configured (vLLM keeps it when no reasoning parser is configured); content keeps its
-  leading whitespace once non-whitespace follows, whitespace-only content before a call is
-  dropped, and after a call whitespace is dropped until the first non-whitespace character — as
-  vLLM streams content; text after and between calls is content, as vLLM streams it.
-
-Streaming: a string-valued parameter streams as it comes (``{"path": "a.py", "body": "…``), the
-others once their value is complete (held up to ``VALUE_CAP`` characters: past that a value that
-may be JSON streams through the canonical JSON re-serializer, otherwise as a string). What
-differs from vLLM and why, the state, and the limits: docs/parsers.md.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations

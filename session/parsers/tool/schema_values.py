@@ -7,23 +7,7 @@ by the type its property declares (:func:`coerce`); formats whose arguments are 
 (DeepSeek-V3.2's DSML) fit each parsed value to its property (:func:`fit`, :func:`fit_members`).
 The rules, as vLLM applies them:
 
-- no tools, no function tool of that name, or a function without ``properties``: every value
-  stays a string; so does a key the properties do not list, or whose schema is not an object;
-- a property's types are its ``type`` (a string or a list), the types of its ``enum`` values and,
-  recursively, of its ``anyOf`` / ``oneOf`` / ``allOf`` members; none found means ``string``;
-  aliases (``int``, ``float``, ``bool``, ``dict``, ``list``, ``str``…) count as the JSON type;
-- the value is tried as ``null`` (``"null"`` in any case), ``integer`` (Python's ``int()``),
-  ``number`` (``float()``, finite only, written as an integer when it is one), ``boolean``
-  (``true`` / ``1`` / ``false`` / ``0``, any case, surrounding whitespace ignored), ``object`` and
-  ``array`` (any JSON value ``json.loads`` reads without a NaN or an infinity), then ``string``,
-  in that order, keeping the first that applies and is declared; when none applies and ``string``
-  is not declared, ``json.loads`` is tried once more and the raw string is the last resort;
-- a parsed value (:func:`fit`): a string is converted as above; an object recurses into the
-  schema's ``properties``, an array into its ``items`` (both changed in place); any other value is
-  converted from its JSON text and kept when that changes its type or value.
-
-One difference: text nested too deeply for ``json.loads`` (a ``RecursionError``, which vLLM lets
-escape and fails the request with) does not read as JSON here; the value stays the raw string.
+The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """
 
 from __future__ import annotations
