@@ -18,6 +18,8 @@ from session.render.template import ContentFormat
 _TEXT_PART_TYPES = frozenset({"text", "input_text", "output_text", "refusal", "thinking"})
 _PART_FIELDS = frozenset({"type", "text"})
 # An image_url part converted from an Anthropic image block carries [where, param] of the block.
+# The message roles of OpenAI's chat API (``function``: its deprecated tool role), as vLLM types them.
+ROLES = ("system", "developer", "user", "assistant", "tool", "function")
 SOURCE_KEY = "tokenwire_source"
 
 
@@ -47,6 +49,20 @@ def conversation_of(messages: list[ChatMessage], content_format: ContentFormat, 
             item["name"] = msg.name
         out.append(item)
     return out
+
+
+def check_roles(messages: list[ChatMessage], template_source: str) -> None:
+    """Refuse a role that is neither one of OpenAI's (:data:`ROLES`) nor named by the chat template
+    (Llama 3.1's ``ipython``, Granite's ``available_tools``: a role the template handles is quoted in
+    its source). vLLM passes any role to the template, where a typo (``usr``) renders as a turn of a
+    speaker the model never saw; here it is a 400 naming the valid roles."""
+    for index, msg in enumerate(messages):
+        role = msg.role
+        if role in ROLES or (role and (f'"{role}"' in template_source or f"'{role}'" in template_source)):
+            continue
+        raise RenderError(f"Unknown role {role[:100]!r} in messages[{index}]: the valid roles are "
+                          f"{', '.join(ROLES[:-1])} and {ROLES[-1]} (or a role the model's chat template names).",
+                          param=f"messages.{index}.role")
 
 
 def developer_as_system(conversation: list[dict[str, Any]], template_source: str) -> list[dict[str, Any]]:

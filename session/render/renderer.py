@@ -27,7 +27,7 @@ from session.parsers import TOOL_PARSERS
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest, NamedToolChoice
 from session.render.anthropic import to_openai_chat
-from session.render.conversation import conversation_of, developer_as_system, tool_dicts_of
+from session.render.conversation import check_roles, conversation_of, developer_as_system, tool_dicts_of
 from session.render.deepseek_v32 import DeepSeekV32Encoder, function_dicts, uses_encoder
 from session.render.encoder import Encoder, assistant_mask
 from session.render.harmony import HarmonyRender
@@ -143,6 +143,8 @@ class Renderer:
             self._requested_template(req)  # refused when untrusted, as vLLM does; the encoder ignores it
             content_format = chat_encoder.content_format
         images: list[ImageRef] = []
+        if template is not None:
+            check_roles(req.messages, template.source)
         conversation = conversation_of(req.messages, content_format, images=images,
                                        placeholder=self.vision.placeholder if self.vision else "")
         if template is not None:

@@ -480,3 +480,30 @@ def test_assistant_masks_rendered_from_many_threads_are_all_right(qwen: Any) -> 
     with ThreadPoolExecutor(6) as pool:
         masks = list(pool.map(lambda _: r.render_chat(req).assistant_tokens_mask, range(30)))
     assert all(m == want for m in masks)
+
+
+@pytest.mark.parametrize("role", ["usr", "critic", "User", ""])
+def test_a_role_neither_openais_nor_the_templates_is_a_400_naming_the_valid_roles(qwen: Any, role: str) -> None:
+    # vLLM hands any role to the template: `usr` rendered as a turn of a speaker the model never saw
+    messages = [{"role": "user", "content": "Hi"}, {"role": role, "content": "x"}]
+    with pytest.raises(RenderError) as info:
+        renderer(qwen).render_chat(chat(messages=messages))
+    assert info.value.status == 400 and info.value.param == "messages.1.role"
+    assert info.value.message == (f"Unknown role {role!r} in messages[1]: the valid roles are system, developer, "
+                                  "user, assistant, tool and function (or a role the model's chat template names).")
+
+
+@pytest.mark.parametrize("role", ["system", "developer", "user", "assistant", "tool", "function"])
+def test_openais_roles_are_accepted(qwen: Any, role: str) -> None:
+    renderer(qwen).render_chat(chat(messages=[{"role": role, "content": "x"}, {"role": "user", "content": "Hi"}]))
+
+
+def test_a_custom_role_the_chat_template_names_is_accepted(qwen: Any) -> None:
+    # Llama 3.1's templates handle an `ipython` role; a role quoted in the template's source is its own
+    template = ("{% for m in messages %}{% if m.role == 'ipython' %}[tool output] {% endif %}"
+                "{{ m.role }}: {{ m.content }}\n{% endfor %}")
+    r = renderer(qwen, chat_template=template)
+    req = r.render_chat(chat(messages=[{"role": "user", "content": "Hi"}, {"role": "ipython", "content": "42"}]))
+    assert qwen.decode(req.token_ids) == "user: Hi\n[tool output] ipython: 42\n"
+    with pytest.raises(RenderError, match="Unknown role 'python'"):
+        r.render_chat(chat(messages=[{"role": "python", "content": "42"}]))
