@@ -1,29 +1,73 @@
 """Anthropic Messages request → OpenAI chat request, as vLLM's Anthropic endpoint converts it.
 
-One function, :func:`to_openai_chat`, shared by render and the full pipeline. The conversion rules
-(system, blocks, tool use and results, images, sampling fields, tool choice, ``thinking``):
-docs/render.md, the paragraph after "Rules".
+One function, :func:`to_openai_chat`, shared by render and the full pipeline (through
+``Renderer.messages_chat``, which decides ``merge_inline_system`` from the chat template:
+:func:`keeps_inline_system`). The conversion rules (system, inline system messages, blocks, tool
+use and results, tool changes, images, sampling fields, tool choice, ``thinking``, ``output_config``):
+docs/render.md, the paragraphs after "Rules".
 """
 
 from __future__ import annotations
 
+import functools
 import json
 from typing import Any
 
 from session.errors import RenderError
-from session.protocol.anthropic import ContentBlock, MessagesRequest
+from session.protocol.anthropic import (
+    TOOL_CHANGES,
+    ContentBlock,
+    MessageParam,
+    MessagesRequest,
+    ToolDefinition,
+)
 from session.protocol.openai import ChatCompletionRequest
 from session.render.conversation import SOURCE_KEY
+from session.render.template import ChatTemplate
 
 _BILLING_HEADER = "x-anthropic-billing-header"
+# The probe conversation of keeps_inline_system: vLLM's [system, user, system, user].
+_PROBE_INLINE = "tokenwire-inline-system-probe"
 
 
-def to_openai_chat(req: MessagesRequest) -> ChatCompletionRequest:
+def has_inline_system(req: MessagesRequest) -> bool:
+    return any(m.role == "system" for m in req.messages)
+
+
+@functools.lru_cache(maxsize=16)
+def keeps_inline_system(template: ChatTemplate) -> bool:
+    """Whether ``template`` renders a system message that stands after the first message where it
+    stands: it renders vLLM's probe conversation [system, user, system, user] without an error, and
+    the second system message's text is in the output (a template that drops it, as gpt-oss's does,
+    would lose it). Otherwise inline system messages are merged into the system prompt."""
+    def content(text: str) -> Any:
+        return [{"type": "text", "text": text}] if template.content_format == "openai" else text
+
+    probe = [{"role": "system", "content": content("t")}, {"role": "user", "content": content("t")},
+             {"role": "system", "content": content(_PROBE_INLINE)}, {"role": "user", "content": content("t")}]
+    try:
+        text = template.render(probe, add_generation_prompt=False).text
+    except RenderError:
+        return False
+    return _PROBE_INLINE in text
+
+
+def to_openai_chat(req: MessagesRequest, *, merge_inline_system: bool = False) -> ChatCompletionRequest:
+    """``merge_inline_system``: every ``system`` message inside ``messages`` is appended, in order,
+    to the system prompt (for a template that refuses or drops them); otherwise each one becomes a
+    system message where it stands."""
     messages: list[dict[str, Any]] = []
     system = _system_text(req)
+    if merge_inline_system:
+        system += "".join(_inline_system_text(m) for m in req.messages if m.role == "system")
     if system:
         messages.append({"role": "system", "content": system})
     for index, msg in enumerate(req.messages):
+        if msg.role == "system":
+            text = "" if merge_inline_system else _inline_system_text(msg)
+            if text:
+                messages.append({"role": "system", "content": text})
+            continue
         item: dict[str, Any] = {"role": msg.role}
         if isinstance(msg.content, str):
             item["content"] = msg.content
@@ -33,8 +77,10 @@ def to_openai_chat(req: MessagesRequest) -> ChatCompletionRequest:
             messages.append(item)
 
     kwargs = dict(req.chat_template_kwargs or {})
-    if req.thinking is not None and req.thinking.type in ("enabled", "disabled") and "enable_thinking" not in kwargs:
-        kwargs["enable_thinking"] = req.thinking.type == "enabled"
+    thinking = req.thinking.type if req.thinking is not None else None
+    if thinking is not None and "enable_thinking" not in kwargs:
+        kwargs["enable_thinking"] = thinking != "disabled"  # enabled / adaptive: on
+    output = req.output_config
     body: dict[str, Any] = {
         "model": req.model,
         "messages": messages,
@@ -47,6 +93,11 @@ def to_openai_chat(req: MessagesRequest) -> ChatCompletionRequest:
         "chat_template_kwargs": kwargs or None,
         "tool_choice": None,
     }
+    if output is not None and output.effort is not None and thinking != "disabled":
+        body["reasoning_effort"] = output.effort
+    if output is not None and output.format is not None and output.format.json_schema is not None:
+        body["response_format"] = {"type": "json_schema",
+                                   "json_schema": {"name": "json_schema", "schema": output.format.json_schema}}
     if req.stream:
         body["stream"] = True
         body["stream_options"] = {"include_usage": True, "continuous_usage_stats": True}
@@ -62,17 +113,65 @@ def to_openai_chat(req: MessagesRequest) -> ChatCompletionRequest:
             update["tool_choice"] = {"type": "function", "function": {"name": req.tool_choice.name}}
         else:
             update["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[kind]
-    if req.tools is not None:
-        update["tools"] = [
-            {"type": "function", "function": {"name": t.name, "description": t.description,
-                                              "parameters": t.input_schema}}
-            for t in req.tools
-        ]
+    tools = _resolve_tools(req)
+    if tools is not None:
+        update["tools"] = [{"type": "function", "function": _function(t)} for t in tools]
         update.setdefault("tool_choice", "auto")
     if update:
         chat = ChatCompletionRequest.model_validate(
             {**chat.model_dump(exclude_unset=True), **update, "messages": messages})
     return chat
+
+
+def _function(tool: ToolDefinition) -> dict[str, Any]:
+    """vLLM's function definition: ``strict`` and ``defer_loading`` only when set."""
+    fn: dict[str, Any] = {"name": tool.name, "description": tool.description, "parameters": tool.input_schema}
+    if tool.strict is not None:
+        fn["strict"] = tool.strict
+    if tool.defer_loading is not None:
+        fn["defer_loading"] = tool.defer_loading
+    return fn
+
+
+def _resolve_tools(req: MessagesRequest) -> list[ToolDefinition] | None:
+    """vLLM's rule for ``tool_addition`` / ``tool_removal`` blocks (in system messages): a template
+    sees one tool list, the tools in effect at the end of the conversation — a tool added by
+    reference is no longer deferred, one added by definition is declared (or replaced), a removed
+    one is left out. A reference to an undeclared tool is a 400 naming the block."""
+    changes = [(i, j, block) for i, msg in enumerate(req.messages) if not isinstance(msg.content, str)
+               for j, block in enumerate(msg.content) if block.type in TOOL_CHANGES]
+    if not changes:
+        return req.tools
+    tools = {tool.name: tool for tool in req.tools or []}
+    removed: set[str] = set()
+    for i, j, block in changes:
+        change = block.tool
+        assert change is not None  # the request model requires it
+        if change.type == "tool_definition":
+            assert change.definition is not None
+            name = change.definition.name
+            tools[name] = change.definition
+        else:
+            name = change.name or ""
+            if name not in tools:
+                raise RenderError(f"messages[{i}].content[{j}]: {block.type} references tool {name!r}, which is not "
+                                  "declared in tools.", param=f"messages.{i}.content.{j}.tool.name")
+            if block.type == "tool_addition":
+                tools[name] = tools[name].model_copy(update={"defer_loading": None})
+        if block.type == "tool_removal":
+            removed.add(name)
+        else:
+            removed.discard(name)
+    return [tool for name, tool in tools.items() if name not in removed]
+
+
+def _inline_system_text(msg: MessageParam) -> str:
+    """A system message's text, as vLLM takes it: its text blocks joined, the billing header dropped
+    (tool changes and other blocks carry no text)."""
+    if isinstance(msg.content, str):
+        return "" if msg.content.startswith(_BILLING_HEADER) else msg.content
+    return "".join(b.text for b in msg.content
+                   if b.type == "text" and b.text and not b.text.startswith(_BILLING_HEADER))
 
 
 def _system_text(req: MessagesRequest) -> str:
@@ -101,6 +200,8 @@ def _convert_blocks(blocks: list[ContentBlock], role: str, item: dict[str, Any],
             parts.append(_image_part(block, index, j))
         elif kind == "redacted_thinking":
             pass  # opaque; accepted so clients can echo assistant turns back
+        elif kind == "tool_reference":
+            pass  # names a deferred tool; every declared tool is in the prompt already
         elif kind == "tool_use":
             tool_calls.append({
                 "id": block.id or f"call_{index}_{j}",
@@ -156,6 +257,8 @@ def _tool_result_text(block: ContentBlock, index: int, j: int) -> str:
     for inner in content:
         if inner.type == "text":
             texts.append(inner.text or "")
+        elif inner.type == "tool_reference":
+            continue  # a tool search result naming a deferred tool: every declared tool is in the prompt
         else:
             raise RenderError(f"messages[{index}].content[{j}] holds a {inner.type!r} block; render supports "
                               "text tool results only.", param=f"messages.{index}.content.{j}.content")
