@@ -197,7 +197,8 @@ class WebSocketTransport:
         self._info = SessionInfo(transport="websocket", url=base, model=str(created.session.get("model", "")),
                                  frames=frozenset(created.frames), session_id=created.session_id,
                                  protocol_version=created.protocol_version, server=dict(created.server),
-                                 limits=dict(created.limits), settings=dict(created.session))
+                                 limits=dict(created.limits), settings=dict(created.session),
+                                 features=dict(created.features))
         return ws
 
     async def _restore(self, ws: ClientConnection, created: SessionCreated) -> tuple[int, SessionCreated]:

@@ -255,3 +255,4 @@ class SessionInfo:
     server: dict[str, str] = field(default_factory=dict)
     limits: dict[str, float | int] = field(default_factory=dict)
     settings: dict[str, Any] = field(default_factory=dict)
+    features: dict[str, Any] = field(default_factory=dict)  # session.created's: the parsers, auto tool choice

@@ -11,7 +11,7 @@ services, never the other way round (tests/unit/test_import_rules.py).
 Built up front, a configuration the process refuses stops start-up with a ``ValueError`` (the CLI
 prints it and exits 2): a ``--chat-template`` that does not compile, an unknown parser name where
 the derender routes are served. A missing ``--state-secret`` is warned about at start-up where
-the derender routes are served, else when a resumable stream first signs a checkpoint.
+the derender routes are served, else noted at INFO when a resumable stream first signs a checkpoint.
 """
 
 from __future__ import annotations
@@ -115,7 +115,10 @@ def session_config(ctx: ServerContext) -> SessionConfig:
     return SessionConfig(model=ctx.model_name, frames=frames, frame_hints=hints, max_in_flight=s.ws_max_in_flight,
                          max_frame_bytes=s.ws_max_frame_bytes, idle_timeout=s.ws_idle_timeout or None,
                          max_lifetime=s.ws_max_lifetime or None,
-                         server={"name": "tokenwire", "version": package_version()})
+                         server={"name": "tokenwire", "version": package_version()},
+                         features={"tool_call_parser": s.tool_call_parser,
+                                   "auto_tool_choice": s.enable_auto_tool_choice and s.tool_call_parser is not None,
+                                   "reasoning_parser": s.reasoning_parser})
 
 
 def ctx_of(conn: HTTPConnection) -> ServerContext:

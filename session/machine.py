@@ -152,7 +152,8 @@ class Session:
         self._close: Close | None = None
         self._emit(sf.SessionCreated(session_id=self.session_id, protocol_version=f.PROTOCOL_VERSION,
                                     server=dict(config.server), frames=self.enabled_frames(),
-                                    limits=config.limits(), session=self.settings.as_dict()))
+                                    limits=config.limits(), session=self.settings.as_dict(),
+                                    features=dict(config.features)))
 
     # -- read-only views -------------------------------------------------------------------
     def enabled_frames(self) -> list[str]:

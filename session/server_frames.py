@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import secrets
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal, Self
 
 import orjson
@@ -64,6 +64,9 @@ class SessionCreated(ServerFrame):
     frames: list[str]
     limits: dict[str, float | int]
     session: dict[str, Any]
+    # what the server's request handling supports (docs/protocol.md §5.1): tool_call_parser,
+    # auto_tool_choice, reasoning_parser; absent from older servers
+    features: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(slots=True, kw_only=True)

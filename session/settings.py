@@ -38,6 +38,10 @@ class SessionConfig:
     state_ledger_size: int = 4096
     max_settings_bytes: int = MAX_SETTINGS_BYTES
     server: dict[str, str] = field(default_factory=lambda: {"name": "tokenwire"})
+    # session.created's features: which tool-call and reasoning parsers run, whether tool_choice
+    # "auto" is allowed (what a client such as the playground needs to offer tools)
+    features: dict[str, Any] = field(default_factory=lambda: {"tool_call_parser": None, "auto_tool_choice": False,
+                                                              "reasoning_parser": None})
 
     def limits(self) -> dict[str, float | int]:
         out: dict[str, float | int] = {"max_frame_bytes": self.max_frame_bytes,

@@ -34,6 +34,7 @@ async function open() {
       state.reconnectMs = Math.min(state.reconnectMs * 2, 10000);
     };
     $("model-name").textContent = session.model;
+    showTools(session.features);
     // "connected" means Send works: the session is usable before the model list arrives, which
     // fills in on its own (a slow /v1/models once left Send disabled under a "connected" pill).
     setBusy(false);
@@ -44,6 +45,22 @@ async function open() {
     setTimeout(open, state.reconnectMs);
     state.reconnectMs = Math.min(state.reconnectMs * 2, 10000);
   }
+}
+
+// Tools only where the server parses tool calls and allows tool_choice "auto" (what a request
+// with tools and no tool_choice means); elsewhere every such request is refused with a 400.
+function showTools(features) {
+  const why = features.tool_call_parser == null
+    ? "this server parses no tool calls: start it with --tool-call-parser NAME (or auto, which picks the "
+      + "model's format if its chat template has one) and --enable-auto-tool-choice."
+    : !features.auto_tool_choice
+      ? `this server parses ${features.tool_call_parser} tool calls but refuses tool_choice "auto": start it `
+        + "with --enable-auto-tool-choice."
+      : null;
+  $("tools-box").hidden = why !== null;
+  $("tools-off").hidden = why === null;
+  $("tools-off").textContent = why === null ? "" : `Tools are off: ${why}`;
+  if (why !== null) $("tools").value = "";
 }
 
 async function fillModels(current, apiKey) {
@@ -77,7 +94,7 @@ function requestBody() {
     chat_template_kwargs: { enable_thinking: $("thinking").checked },
     stream_options: { include_usage: true, continuous_usage_stats: true },
   };
-  const tools = $("tools").value.trim();
+  const tools = $("tools-box").hidden ? "" : $("tools").value.trim();
   if (tools) body.tools = JSON.parse(tools);
   for (const key of Object.keys(body)) if (body[key] === undefined) delete body[key];
   return body;

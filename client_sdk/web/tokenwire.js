@@ -147,6 +147,9 @@ export class Session {
   get frames() { return this.info ? this.info.frames : []; }
   get model() { return this.info ? this.info.session.model : null; }
   get limits() { return this.info ? this.info.limits : {}; }
+  /** What the server's request handling supports (docs/protocol.md §5.1): `tool_call_parser`,
+   *  `auto_tool_choice`, `reasoning_parser`; `{}` from a server that does not say. */
+  get features() { return (this.info && this.info.features) || {}; }
   /** The subprotocol the server selected (always "tokenwire.v1" for this module). */
   get protocol() { return this.ws.protocol; }
 

@@ -112,6 +112,35 @@ def test_on_a_default_server_the_self_test_skips_what_is_not_enabled_and_fails_n
     assert icon == [200, "image/svg+xml"]
 
 
+def test_on_a_default_server_the_playground_hides_tools_and_says_why(asset: Callable[[str], Path]) -> None:
+    # serve as serve.sh starts it: no tool-call parser, so every request with tools would be a 400
+    with ServerProcess(["serve", str(asset("tiny-qwen3")), "--dtype", "float32"]) as srv:
+        async def main() -> dict[str, Any]:
+            async with Browser() as browser:
+                page = await browser.page()
+                await page.goto(srv.url + "/")
+                await wait_connected(page)
+                shown: dict[str, Any] = await page.evaluate("""({
+                    features: window.playground.session.features,
+                    boxHeight: document.getElementById('tools-box').getBoundingClientRect().height,
+                    note: document.getElementById('tools-off').textContent,
+                    noteHeight: document.getElementById('tools-off').getBoundingClientRect().height })""")
+                await page.type_into("#max_tokens", "4")
+                await page.type_into("#prompt", "Hi")
+                await page.click("#send")  # no tools in the request: it completes
+                await page.wait_for("document.querySelector('.msg.assistant')?.dataset.status === 'completed'")
+                await page.screenshot(ARTIFACTS / "playground-default-server.png")
+                assert page.errors == []
+                return shown
+
+        shown = asyncio.run(main())
+    assert shown["features"] == {"tool_call_parser": None, "auto_tool_choice": False, "reasoning_parser": None}
+    assert shown["boxHeight"] == 0 and shown["noteHeight"] > 0
+    assert shown["note"].startswith("Tools are off: this server parses no tool calls: start it with "
+                                    "--tool-call-parser NAME")
+    assert "--enable-auto-tool-choice" in shown["note"]
+
+
 def test_the_playground_streams_text_and_stop_ends_the_generation(server: ServerProcess) -> None:
     async def main() -> dict[str, Any]:
         async with Browser() as browser:
@@ -169,6 +198,9 @@ def test_the_playground_shows_reasoning_content_and_a_streamed_tool_call(tool_se
             page = await open_page(browser, tool_server.url, key=None)
             await page.goto(tool_server.url + "/")
             await wait_connected(page)
+            # hermes with --enable-auto-tool-choice: the Tools box is offered
+            assert await page.evaluate("[document.getElementById('tools-box').getBoundingClientRect().height > 0, "
+                                       "document.getElementById('tools-off').hidden]") == [True, True]
             await page.type_into("#tools", orjson.dumps(TOOLS, option=orjson.OPT_INDENT_2).decode())
             await page.type_into("#system", "You are a helpful assistant with a weather tool.")
             await page.type_into("#prompt", "What is the weather in Paris?")
