@@ -11,6 +11,7 @@ Semantics (README.md, "Scale-out endpoints"; after vLLM's ``VLLM_ENABLE_SCALE_OU
   says how to enable it (``Gating.hints``: ``--enable-scale-out``; ``--engine-url`` for the
   pipelines of ``launch render``).
 - ``/abort_requests`` exists only in ``--tokens-only`` mode.
+- ``/tokenize`` and ``/detokenize`` exist in every mode (vLLM registers them on every server).
 """
 
 from __future__ import annotations
@@ -32,11 +33,12 @@ ENABLE_PIPELINE = "start `tokenwire launch render` with --engine-url URL (an eng
 
 class RouteGroup(StrEnum):
     ALWAYS = "always"  # /health, /v1/models, /version, /openapi.json
+    TOKENIZE = "tokenize"  # /tokenize, /detokenize  (every mode, as vLLM)
     RENDER = "render"  # /v1/*/render  (scale-out)
     DERENDER = "derender"  # /v1/*/derender  (scale-out)
     GENERATE = "generate"  # /inference/v1/generate  (scale-out, needs an engine)
     ABORT = "abort"  # /abort_requests  (tokens-only)
-    PIPELINE = "pipeline"  # /v1/chat/completions, /v1/completions, /v1/messages
+    PIPELINE = "pipeline"  # /v1/chat/completions, /v1/completions, /v1/messages (+ /count_tokens)
     WEBSOCKET = "websocket"  # /v1/session (frames are gated like the routes above)
     PLAYGROUND = "playground"  # / and the browser client
 
@@ -88,7 +90,7 @@ def decide(mode: Mode, environ: Mapping[str, str], *, enable_scale_out: bool = F
            has_engine_url: bool = False) -> Gating:
     """Route groups for ``mode``. Raises :class:`GatingError` for invalid configuration."""
     switch = scale_out_setting(environ, enable_scale_out)
-    base = {RouteGroup.ALWAYS, RouteGroup.WEBSOCKET}
+    base = {RouteGroup.ALWAYS, RouteGroup.TOKENIZE, RouteGroup.WEBSOCKET}
     scale_out = {RouteGroup.RENDER, RouteGroup.DERENDER}
     if mode in (Mode.RENDER, Mode.TOKENS_ONLY):
         if switch is False:

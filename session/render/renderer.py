@@ -26,7 +26,7 @@ from session.errors import ModelNotFound, RenderError
 from session.parsers import TOOL_PARSERS
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest, NamedToolChoice
-from session.render.anthropic import to_openai_chat
+from session.render.anthropic import has_inline_system, keeps_inline_system, to_openai_chat
 from session.render.conversation import check_roles, conversation_of, developer_as_system, tool_dicts_of
 from session.render.deepseek_v32 import DeepSeekV32Encoder, function_dicts, uses_encoder
 from session.render.encoder import Encoder, assistant_mask
@@ -79,6 +79,16 @@ class _FieldNames:
 
 _OPENAI = _FieldNames()
 _ANTHROPIC = _FieldNames(anthropic=True)
+
+
+@dataclass(frozen=True, slots=True)
+class _ChatPrompt:
+    """A chat prompt before the length rules: its ids and what travels with them."""
+
+    token_ids: list[int]
+    assistant_mask: list[int] | None
+    offsets: list[tuple[int, int]] | None
+    features: MultiModalFeatures | None
 
 
 def new_request_id(prefix: str) -> str:
@@ -134,6 +144,34 @@ class Renderer:
         if self.harmony is not None:
             return self._render_harmony(req, self.harmony, names)
         self._check_tool_choice(req, names)
+        prompt = self._chat_prompt(req, limits=True)
+        ids, mask, offsets, features = prompt.token_ids, prompt.assistant_mask, prompt.offsets, prompt.features
+        fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
+                            truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
+                            offsets=offsets, param="messages", max_tokens_param=names.max_tokens(req))
+        if features is not None and len(fitted.token_ids) != len(ids):
+            raise RenderError(f"truncate_prompt_tokens={req.truncate_prompt_tokens} would cut a prompt of {len(ids)} "
+                              "tokens that holds images (their placeholders must stay whole); raise it or send "
+                              "fewer messages.", param="truncate_prompt_tokens")
+        params = self._chat_sampling(req, fitted.max_tokens, names)
+        return self._generate_request(new_request_id("chatcmpl"), fitted, params, req, features)
+
+    def tokenize_chat(self, req: ChatCompletionRequest) -> list[int]:
+        """The prompt ids a chat request renders to, as vLLM's ``/tokenize`` gives them: the same
+        template, kwargs, tools and images as :meth:`render_chat`, but no length rules (vLLM's
+        tokenize has no context limit) and no tool-choice or sampling checks."""
+        self.check_model(req.model)
+        if self.harmony is not None:
+            return self.harmony.ids(req)
+        return self._chat_prompt(req, limits=False).token_ids
+
+    def tokenize_text(self, text: str, *, add_special_tokens: bool) -> list[int]:
+        """A text prompt's ids (``/tokenize`` with ``prompt``): no length rules, as vLLM."""
+        return self.encoder.ids(text, add_special_tokens=add_special_tokens)
+
+    def _chat_prompt(self, req: ChatCompletionRequest, *, limits: bool) -> _ChatPrompt:
+        """The conversation rendered and tokenized (images expanded), before the length rules;
+        ``limits`` refuses text too long to fit the context before tokenizing it."""
         chat_encoder = self.chat_encoder
         template: ChatTemplate | None = None
         if chat_encoder is None:
@@ -166,10 +204,11 @@ class Renderer:
                 add_generation_prompt=req.add_generation_prompt,
                 continue_final_message=req.continue_final_message, track_generation=want_mask,
                 kwargs=template.template_kwargs(req.template_kwargs()))
-        check_text_length(len(rendered.text), max_model_len=self.max_model_len,
-                          requested_max_tokens=req.requested_max_tokens,
-                          truncate_prompt_tokens=req.truncate_prompt_tokens,
-                          max_chars_per_token=self.max_chars_per_token, param="messages")
+        if limits:
+            check_text_length(len(rendered.text), max_model_len=self.max_model_len,
+                              requested_max_tokens=req.requested_max_tokens,
+                              truncate_prompt_tokens=req.truncate_prompt_tokens,
+                              max_chars_per_token=self.max_chars_per_token, param="messages")
         if (req.return_token_offsets and not images) or want_mask:
             encoded = self.encoder.encode(rendered.text, add_special_tokens=req.add_special_tokens)
             ids = encoded.ids
@@ -185,15 +224,7 @@ class Renderer:
             ids, features = prepared.token_ids, prepared.features
             if mask is not None:
                 mask = expand_mask(mask, prepared.expanded_at)
-        fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
-                            truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
-                            offsets=offsets, param="messages", max_tokens_param=names.max_tokens(req))
-        if features is not None and len(fitted.token_ids) != len(ids):
-            raise RenderError(f"truncate_prompt_tokens={req.truncate_prompt_tokens} would cut a prompt of {len(ids)} "
-                              "tokens that holds images (their placeholders must stay whole); raise it or send "
-                              "fewer messages.", param="truncate_prompt_tokens")
-        params = self._chat_sampling(req, fitted.max_tokens, names)
-        return self._generate_request(new_request_id("chatcmpl"), fitted, params, req, features)
+        return _ChatPrompt(ids, mask, offsets, features)
 
     def _render_harmony(self, req: ChatCompletionRequest, harmony: HarmonyRender,
                         names: _FieldNames) -> GenerateRequest:
@@ -253,7 +284,19 @@ class Renderer:
         """Anthropic messages: converted to an OpenAI chat request, then rendered as one (its errors
         name the Anthropic request's fields)."""
         self.check_model(req.model)
-        return self._render_chat(to_openai_chat(req), _ANTHROPIC)
+        return self._render_chat(self.messages_chat(req), _ANTHROPIC)
+
+    def messages_chat(self, req: MessagesRequest) -> ChatCompletionRequest:
+        """The chat request an Anthropic request converts to, for this model: ``system`` messages
+        inside ``messages`` stay where they stand when the chat template renders them there
+        (:func:`~session.render.anthropic.keeps_inline_system`), else they are merged into the
+        system prompt, as they are for a model rendered without a template (harmony, DeepSeek-V3.2)."""
+        chat = to_openai_chat(req)
+        if not has_inline_system(req):
+            return chat
+        if self.harmony is None and self.chat_encoder is None and keeps_inline_system(self._template_for(chat)):
+            return chat
+        return to_openai_chat(req, merge_inline_system=True)
 
     # --- pieces ------------------------------------------------------------------------------
 
