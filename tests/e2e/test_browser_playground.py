@@ -233,3 +233,56 @@ def test_the_playground_shows_reasoning_content_and_a_streamed_tool_call(tool_se
     assert all(shown["args"].startswith(value) for value in seen)
     assert shown["meta"].startswith("tool_calls")
     assert (ARTIFACTS / "playground.png").stat().st_size > 10_000
+
+
+LAYOUT = """(() => {
+    const box = (id) => document.getElementById(id).getBoundingClientRect();
+    const root = document.documentElement;
+    const assistant = document.querySelector('.msg.assistant').getBoundingClientRect();
+    const style = getComputedStyle(root);
+    return {
+        viewport: window.innerWidth,
+        overflow: Math.max(root.scrollWidth, document.body.scrollWidth) - window.innerWidth,
+        headerOverflow: document.querySelector('header').scrollWidth - document.querySelector('header').clientWidth,
+        messages: box('messages').width, messagesHeight: box('messages').height,
+        assistant: assistant.width, prompt: box('prompt').width,
+        settings: box('model').width, settingsTop: box('model').top, messagesBottom: box('messages').bottom,
+        colorScheme: style.colorScheme, scrollbarColor: getComputedStyle(document.getElementById('messages')).scrollbarColor,
+        widest: Math.max(...[...document.querySelectorAll('body *')].map((el) => el.getBoundingClientRect().right)),
+    };
+})()"""
+
+
+@pytest.mark.parametrize("width", [375, 800, 1280])
+def test_the_playground_lays_out_at_phone_tablet_and_desktop_widths(tool_server: ServerProcess, width: int) -> None:
+    # At 375 px the chat column once collapsed to one character per line beside a 21rem settings
+    # column; and the light default scrollbars stood out on the dark theme.
+    async def main() -> dict[str, Any]:
+        async with Browser(width=width, height=800) as browser:
+            page = await open_page(browser, tool_server.url, key=None)
+            await page.send("Emulation.setDeviceMetricsOverride", width=width, height=800, deviceScaleFactor=1,
+                            mobile=width < 600)
+            await page.goto(tool_server.url + "/")
+            await wait_connected(page)
+            await page.type_into("#tools", orjson.dumps(TOOLS).decode())
+            await page.type_into("#prompt", "What is the weather in Paris? https://example.com/" + "a" * 90)
+            await page.click("#send")
+            await page.wait_for("document.querySelector('.msg.assistant')?.dataset.status === 'completed'")
+            layout: dict[str, Any] = await page.evaluate(LAYOUT)
+            await page.screenshot(ARTIFACTS / f"playground-{width}.png")
+            assert page.errors == []
+            return layout
+
+    layout = asyncio.run(main())
+    assert layout["viewport"] == width
+    assert layout["overflow"] <= 0 and layout["headerOverflow"] <= 0, layout  # nothing scrolls sideways
+    assert layout["widest"] <= width + 0.5, layout  # no element pokes out (a long word wraps)
+    if width < 600:  # the chat takes the width; the settings follow below it, as wide
+        assert layout["messages"] >= width - 1 and layout["assistant"] >= width - 60, layout
+        assert layout["settings"] >= width - 60 and layout["settingsTop"] >= layout["messagesBottom"], layout
+        assert layout["messagesHeight"] >= 300, layout
+    else:  # side by side: the chat keeps most of the width
+        assert layout["messages"] >= 0.6 * width and layout["settings"] >= 200, layout
+    assert layout["prompt"] >= 0.45 * width, layout
+    assert layout["colorScheme"] == "dark"  # native scrollbars and form controls in dark
+    assert layout["scrollbarColor"] not in ("", "auto"), layout
