@@ -7,6 +7,7 @@ The stamp logic runs on a copy of the scripts with a stand-in ``.venv`` whose ``
 from __future__ import annotations
 
 import os
+import pty
 import re
 import shutil
 import subprocess
@@ -107,6 +108,53 @@ def test_a_failed_install_leaves_no_stamp_and_the_next_run_tries_again(checkout:
 def test_tokenwire_reinstall_forces_the_install(checkout: Checkout) -> None:
     checkout.run("install.sh")
     assert len(installs(checkout.run("install.sh", TOKENWIRE_REINSTALL="1"))) == 1
+
+
+def _on_a_terminal(checkout: Checkout, script: str) -> tuple[list[str], str]:
+    """Runs ``scripts/<script>`` with stdout and stderr on a pseudo-terminal, as serve.sh is run by
+    hand; returns its calls and what it printed."""
+    checkout.calls.write_text("")
+    leader, follower = pty.openpty()
+    try:
+        done = subprocess.run(["bash", f"scripts/{script}"], cwd=checkout.root, stdin=subprocess.DEVNULL,
+                              stdout=follower, stderr=follower, timeout=60,
+                              env={**os.environ, "CALLS": str(checkout.calls)})
+        os.close(follower)
+        chunks = []
+        while True:
+            try:
+                chunk = os.read(leader, 65536)
+            except OSError:  # the terminal closed: all was read
+                break
+            if not chunk:
+                break
+            chunks.append(chunk)
+    finally:
+        os.close(leader)
+    assert done.returncode == 0
+    return checkout.calls.read_text().splitlines(), b"".join(chunks).decode().replace("\r\n", "\n")
+
+
+def test_on_a_terminal_the_install_shows_pips_progress(checkout: Checkout) -> None:
+    # The first serve.sh ran pip -q: minutes of torch and dependency downloads without a line.
+    calls, shown = _on_a_terminal(checkout, "serve.sh")
+    assert installs(calls) == [PIP_INSTALL.replace(" -q", "").format(PLAIN_EXTRAS)]  # pip's own progress
+    assert f"installing tokenwire[{PLAIN_EXTRAS}]" in shown
+    assert re.search(rf"installed tokenwire\[{PLAIN_EXTRAS}\] \(\d+ s\)", shown), shown
+
+
+def test_in_a_log_pip_stays_quiet_and_each_step_is_a_line_with_its_time(checkout: Checkout) -> None:
+    checkout.calls.write_text("")
+    done = subprocess.run(["bash", "scripts/install.sh", "dev"], cwd=checkout.root, capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "CALLS": str(checkout.calls)})
+    assert done.returncode == 0, done.stderr
+    assert installs(checkout.calls.read_text().splitlines()) == [PIP_INSTALL.format(DEV_EXTRAS)]
+    lines = done.stderr.splitlines()
+    assert lines[:2] == ["updating the dependencies in .venv…", f"installing tokenwire[{DEV_EXTRAS}]…"], lines
+    assert len(lines) == 3 and re.fullmatch(rf"installed tokenwire\[{DEV_EXTRAS}\] \(\d+ s\)", lines[2]), lines
+    checkout.stamp.unlink()
+    forced = checkout.run("install.sh", "dev", TOKENWIRE_INSTALL_PROGRESS="1")
+    assert installs(forced) == [PIP_INSTALL.replace(" -q", "").format(DEV_EXTRAS)]
 
 
 @pytest.mark.slow
