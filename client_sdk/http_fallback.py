@@ -35,6 +35,10 @@ PIPELINE_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions
 RENDER_PATHS = {k: v + "/render" for k, v in PIPELINE_PATHS.items()}
 DERENDER_PATHS = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender"}
 GENERATE_PATH = "/inference/v1/generate"
+# The frames of the scale-out endpoints, and how a server turns them on (a plain `serve` has them off).
+SCALE_OUT_FRAMES = frozenset({"render", "derender", "generate"})
+SCALE_OUT_HINT = (": they are scale-out endpoints, which a server started with --enable-scale-out "
+                  "(or `launch render`, `serve --tokens-only`) serves")
 # Which frame type each HTTP route serves (the HTTP twin of session.created's ``frames``).
 FRAME_OF_PATH = {PIPELINE_PATHS["chat"]: "chat", PIPELINE_PATHS["completion"]: "completion",
                  PIPELINE_PATHS["messages"]: "messages", RENDER_PATHS["chat"]: "render",
@@ -97,8 +101,9 @@ class HttpTransport:
 
     async def start(self, frame: RequestFrame) -> Handle:
         if frame.type not in self.info.frames:
+            hint = SCALE_OUT_HINT if frame.type in SCALE_OUT_FRAMES else ""
             raise errors.from_error_body({"code": "not_enabled", "status": 404, "param": "type",
-                                          "message": f"This server does not serve {frame.type} requests."})
+                                          "message": f"This server does not serve {frame.type} requests{hint}."})
         if getattr(frame, "resume", None) is not None or getattr(frame, "resumable", None):
             raise errors.UnsupportedError("Resumable streams need a WebSocket session; the HTTP endpoints "
                                           "send no checkpoints.")

@@ -219,3 +219,23 @@ def test_stream_cancel_works_awaited_and_not_awaited() -> None:
 
     assert asyncio.run(main()) == [(["b"], "cancelled"), (["b"], "cancelled")]
     assert cancels == ["c0", "c1"]
+
+
+def test_over_http_a_scale_out_frame_the_server_lacks_is_not_enabled_naming_the_flag() -> None:
+    from client_sdk.http_fallback import HttpTransport
+    from client_sdk.options import Options
+    from session.client_frames import Render
+
+    transport = HttpTransport(["http://127.0.0.1:1"], Options())
+    transport._info = SessionInfo(transport="http", url="http://127.0.0.1:1", model="m",  # what open() learnt
+                                  frames=frozenset({"completion", "messages"}))
+
+    async def main() -> None:
+        with pytest.raises(errors.NotEnabledError) as refused:
+            await transport.start(Render(id="r", kind="chat", body={}))
+        assert "--enable-scale-out" in str(refused.value)
+        with pytest.raises(errors.NotEnabledError) as other:  # not a scale-out frame: no such hint
+            await transport.start(Chat(id="c", body={}))
+        assert str(other.value) == "This server does not serve chat requests."
+
+    asyncio.run(main())
