@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from ..base import ParsedDelta, ParserContext
 from ..markers import find_first, held_suffix_len
+from ..tool.kimi_k2 import hold_short_trailing_space
 from .shared import ModalReasoningParser, thinking_enabled
 
 THINK_START = "<think>"
@@ -17,7 +18,6 @@ SECTION_BEGIN = "<|tool_calls_section_begin|>"
 _REASONING_MARKERS = (THINK_END, THINK_START, SECTION_BEGIN)
 _CONTENT_MARKERS = (THINK_END,)
 _LONGEST = len(SECTION_BEGIN)
-WS_MAX = 256
 
 
 class KimiK2ReasoningParser(ModalReasoningParser):
@@ -54,12 +54,7 @@ class KimiK2ReasoningParser(ModalReasoningParser):
         """Reasoning text: trailing whitespace is held until more reasoning follows."""
         if not text:
             return
-        text, self._ws = self._ws + text, ""
-        body = text.rstrip()
-        if len(text) - len(body) <= WS_MAX:
-            self._ws = text[len(body):]
-        else:
-            body = text
+        body, self._ws = hold_short_trailing_space(self._ws, text)
         if body:
             out.append(body)
 

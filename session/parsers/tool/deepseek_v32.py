@@ -20,8 +20,8 @@ import json
 from typing import Any
 
 from ..base import ParserContext
-from ..markers import held_suffix_len
-from .json_stream import JSON_WS, JsonValueStreamer, _esc, escape_lone_surrogates, is_plain
+from ..markers import find_first, held_suffix_len
+from .json_stream import JSON_WS, JsonValueStreamer, dumps, is_plain, string_body
 from .schema_values import always_string, fit, fit_members, may_be_container, properties_of, types_of
 from .streaming import StreamingToolParser
 
@@ -54,12 +54,8 @@ LEAD_CAP = 64
 HOLD = 160
 
 
-def _dumps(value: Any) -> str:
-    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
-
-
 def _key(name: str) -> str:
-    return '"' + _esc(name) + '": '
+    return '"' + string_body(name) + '": '
 
 
 def _loads_or_text(raw: str) -> Any:
@@ -67,15 +63,6 @@ def _loads_or_text(raw: str) -> Any:
         return json.loads(raw)
     except (ValueError, RecursionError):
         return raw
-
-
-def _leftmost(buf: str, i: int, markers: tuple[str, ...]) -> tuple[int, str]:
-    best, found = -1, ""
-    for m in markers:
-        pos = buf.find(m, i)
-        if pos != -1 and (best == -1 or pos < best or (pos == best and len(m) > len(found))):
-            best, found = pos, m
-    return best, found
 
 
 def _safe_end(buf: str, i: int, markers: tuple[str, ...]) -> int:
@@ -230,7 +217,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             mode = self._mode
             if mode in ("text", "between"):
                 markers = (INVOKE, CALLS_START) if mode == "text" else (INVOKE,)
-                pos, marker = _leftmost(buf, i, markers)
+                pos, marker = find_first(buf, markers, i)
                 end = pos if pos != -1 else n if final else _safe_end(buf, i, markers)
                 if mode == "text":
                     self._text(buf[i:end])
@@ -264,7 +251,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
         """Up to ``">`` as vLLM's lexer finds it. Returns where to go on, or -1 (all used)."""
         n = len(buf)
         while True:
-            pos, marker = _leftmost(buf, i, _LITERALS)
+            pos, marker = find_first(buf, _LITERALS, i)
             if pos == -1:
                 end = n if final else _safe_end(buf, i, _LITERALS)
                 self._fn += buf[i:end]
@@ -305,7 +292,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             sub = self._sub
             if sub in ("g", "k"):
                 markers = _CALL_ENDS if sub == "k" else _GAP_MARKERS
-                pos, marker = _leftmost(buf, i, markers)
+                pos, marker = find_first(buf, markers, i)
                 if pos == -1:
                     if final:
                         self._end_call()
@@ -325,7 +312,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
                     return -1
                 continue
             # sub == "v": a value, up to its end tag, the next parameter, or the end of the call
-            pos, marker = _leftmost(buf, i, _VALUE_MARKERS)
+            pos, marker = find_first(buf, _VALUE_MARKERS, i)
             while marker == PARAM:
                 ahead = _lookahead(buf[pos + len(PARAM) : pos + len(PARAM) + WS_CAP + 6])
                 if ahead is None and not final:
@@ -334,7 +321,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
                     return -1
                 if ahead:
                     break
-                p2, m2 = _leftmost(buf, pos + 1, _VALUE_MARKERS)
+                p2, m2 = find_first(buf, _VALUE_MARKERS, pos + 1)
                 pos, marker = p2, m2
             if pos == -1:
                 end = n if final else _safe_end(buf, i, _VALUE_MARKERS)
@@ -362,7 +349,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
         """A parameter tag (``buf[i:]`` follows its ``<｜DSML｜parameter``). Returns where to go
         on, or -1 when all is used. A tag that cannot match is not a parameter: the text after its
         marker is read again between parameters (vLLM's pattern search goes on from there)."""
-        pos, _ = _leftmost(buf, i, _CALL_ENDS)
+        pos, _ = find_first(buf, _CALL_ENDS, i)
         seg = buf[i : pos if pos != -1 else len(buf)]
         got = _head(seg[: HEAD_CAP + 1])
         if got is None and (len(seg) > HEAD_CAP or pos != -1 or final):
@@ -384,7 +371,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             wkey, wflag, wraw = self._wrap
             self._wrap = None
             self._member(wkey)
-            self.add_args(_dumps(self._final(wkey, wflag, wraw)))
+            self.add_args(dumps(self._final(wkey, wflag, wraw)))
         self._pkey, self._pstr, self._raw, self._json = key, flag, "", None
         props = self._props(self._fn.strip())
         if (not self._members and key in _WRAPPERS and key not in self._props(self._fn)
@@ -408,7 +395,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             return
         mode = self._vmode
         if mode == "S":
-            self.add_args(_esc(text))
+            self.add_args(string_body(text))
         elif mode == "J":
             assert self._json is not None
             if not (self._json.done or self._json.failed):
@@ -421,7 +408,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
                 first = self._raw.lstrip(JSON_WS)
                 if first and first[0] not in _JSON_START:  # not JSON: the text is a string
                     self._vmode, raw, self._raw = "S", self._raw, ""
-                    self.add_args('"' + _esc(raw))
+                    self.add_args('"' + string_body(raw))
                     return
             if len(self._raw) > HOLD:
                 self._commit()
@@ -442,7 +429,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             self.add_args("".join(out))
         else:
             self._vmode = "S"
-            self.add_args('"' + _esc(raw))
+            self.add_args('"' + string_body(raw))
 
     def _final(self, key: str, flag: str | None, raw: str) -> Any:
         value = raw if flag == "true" else _loads_or_text(raw)
@@ -459,7 +446,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             self._json.end(out)
             self.add_args("".join(out))
         elif mode == "H":
-            self.add_args(_dumps(self._final(self._pkey, self._pstr, self._raw)))
+            self.add_args(dumps(self._final(self._pkey, self._pstr, self._raw)))
         elif mode == "W":
             self._wrap = [self._pkey, self._pstr, self._raw]
         self._vmode, self._raw, self._json, self._pkey, self._pstr = "", "", None, "", None
@@ -479,7 +466,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
                 tail = inner[1:]
             else:
                 self._member(wkey)
-                self.add_args(_dumps(self._final(wkey, wflag, wraw)))
+                self.add_args(dumps(self._final(wkey, wflag, wraw)))
         self.add_args(tail)
         self._mode, self._sub, self._fn, self._members = "between", "g", "", False
 
@@ -498,4 +485,4 @@ class DeepSeekV32ToolParser(StreamingToolParser):
         props = self._props(self._fn.strip())
         if props:
             fit_members(inner, props)
-        return _dumps(inner)
+        return dumps(inner)

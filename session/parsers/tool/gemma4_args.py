@@ -5,9 +5,9 @@ The full rules: docs/parsers.md (the family's section: its split, state and ever
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from .json_stream import dumps, string_body
 from .schema_values import always_string, coerce, types_of
 
 DELIM = '<|"|>'
@@ -19,16 +19,6 @@ _END_OBJ_BARE = frozenset(",}]")  # what ends a bare value in an object
 _END_ARR_BARE = frozenset(",]")  # and in an array
 
 Token = str | int
-
-
-def dump(value: Any) -> str:
-    from .json_stream import escape_lone_surrogates
-
-    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
-
-
-def _esc(text: str) -> str:
-    return dump(text)[1:-1]
 
 
 def _dict_or_none(value: Any) -> dict[str, Any] | None:
@@ -245,12 +235,12 @@ class ArgsReader:
     def _prefix(self, lv: _Level) -> str:
         sep = ", " if lv.n else ""
         lv.n = True
-        return sep if lv.k == "a" else f"{sep}{dump(lv.key)}: "
+        return sep if lv.k == "a" else f"{sep}{dumps(lv.key)}: "
 
     def _value(self, lv: _Level, raw: str) -> None:
         schema = lv.value_schema()
         value: Any = raw if schema is None else coerce(raw, types_of(schema))
-        self._emit(self._prefix(lv) + dump(value))
+        self._emit(self._prefix(lv) + dumps(value))
 
     def _bare(self, lv: _Level) -> None:
         raw = lv.val.strip()
@@ -262,7 +252,7 @@ class ArgsReader:
         if lv.hold:
             lv.val += text
         else:
-            self._emit(_esc(text))
+            self._emit(string_body(text))
 
     def _open(self, lv: _Level, kind: str) -> None:
         prefix = self._prefix(lv)

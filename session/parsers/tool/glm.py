@@ -6,12 +6,11 @@ The full rules: docs/parsers.md (the family's section: its split, state and ever
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
-from .json_stream import JsonValueStreamer, escape_lone_surrogates, is_plain, without_lone_surrogates
+from .json_stream import JsonValueStreamer, dumps, string_body, without_lone_surrogates
 from .schema_values import always_string, coerce, json_capable, value_types
 from .streaming import StreamingToolParser
 
@@ -38,15 +37,6 @@ _MARKERS: dict[str, tuple[str, ...]] = {
     "seek": (KEY, END), "key": (KEY_END, END), "val": (VALUE_END, END),
 }
 _LONGEST = max(len(m) for m in (START, END, KEY, KEY_END, VALUE, VALUE_END))
-
-def _dumps(value: Any) -> str:
-    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
-
-
-def _esc(text: str) -> str:
-    """``text`` as it appears inside a JSON string (``json.dumps`` without the quotes)."""
-    return text if is_plain(text) else _dumps(text)[1:-1]
-
 
 def _trailing_ws(text: str) -> int:
     return len(text) - len(text.rstrip())
@@ -156,7 +146,7 @@ class GlmToolParser(StreamingToolParser):
         self._ws = ws
 
     def _pair_head(self) -> str:
-        head = ("" if self._first else ", ") + _dumps(self._key) + ": "
+        head = ("" if self._first else ", ") + dumps(self._key) + ": "
         self._first = False
         return head
 
@@ -187,7 +177,7 @@ class GlmToolParser(StreamingToolParser):
             return
         kind = self._kind
         if kind == "s":
-            self.add_args(_esc(text))
+            self.add_args(string_body(text))
         elif kind == "h":
             self._val += text
             if len(self._val) > VALUE_HOLD:
@@ -209,7 +199,7 @@ class GlmToolParser(StreamingToolParser):
             self._value_text(held)
         else:
             self._kind = "s"
-            self.add_args(self._pair_head() + '"' + _esc(held))
+            self.add_args(self._pair_head() + '"' + string_body(held))
 
     def _end_value(self, closed: bool) -> None:
         """The value ends: at its ``</arg_value>`` (``closed``), or cut off by the call's end."""
@@ -218,7 +208,7 @@ class GlmToolParser(StreamingToolParser):
             self.add_args('"')
         elif kind == "h":
             if closed:  # (an unclosed held value is dropped, as vLLM drops the pair)
-                self.add_args(self._pair_head() + _dumps(coerce(self._val, self._value_types(self._key))))
+                self.add_args(self._pair_head() + dumps(coerce(self._val, self._value_types(self._key))))
         elif self._js is not None:
             out: list[str] = []
             self._js.end(out)

@@ -96,33 +96,9 @@ class Granite4ToolParser(SingleCallToolParser):
                     i = pos + len(marker)
                     self._mode = "text"
                 continue
-            if mode == "call":
-                obj, i = self._read_call(buf, i, final)
-                if obj.failed or (obj.done and not obj.committed):  # broken, or no name / arguments
-                    if not obj.committed and self._calls == 0:
-                        self._fall_back(buf[i:])
-                        break
-                    self._mode, self._obj, self._raw = "skip", None, ""
-                elif obj.done:
-                    self._mode, self._obj = "tail", None
-                elif i >= n:
-                    if final and not obj.committed and self._calls == 0:
-                        self._fall_back("")
-                    break
-                continue
-            # tail: only whitespace may come before </tool_call>
-            while i < n and buf[i] in JSON_WS:
-                i += 1
-            if i >= n:
+            i = self._block_step(buf, i, final, END, "text")  # call, tail
+            if i < 0:
                 break
-            if buf.startswith(END, i):
-                self._mode = "text"
-                i += len(END)
-            elif END.startswith(buf[i:]) and not final:
-                self._buf = buf[i:]
-                break
-            else:
-                self._mode = "skip"
         if final and self._ws and not self._seen:
             if self._calls == 0:
                 self._content(self._ws)

@@ -18,7 +18,6 @@ and the broken rest is dropped up to ``</tool_call>``, as vLLM's streaming drops
 from __future__ import annotations
 
 from ..markers import held_suffix_len
-from .json_stream import JSON_WS
 from .single_call import SingleCallToolParser
 
 START = "<tool_call>"
@@ -63,30 +62,6 @@ class HermesToolParser(SingleCallToolParser):
                 else:
                     self._begin_call(START)
                 continue
-            if mode == "call":
-                obj, i = self._read_call(buf, i, final)
-                if obj.failed or (obj.done and not obj.committed):  # broken, or no name / arguments
-                    if not obj.committed and self._calls == 0:
-                        self._fall_back(buf[i:])
-                        return
-                    self._mode, self._obj, self._raw = "skip", None, ""
-                elif obj.done:
-                    self._mode, self._obj = "tail", None
-                elif i >= n:
-                    if final and not obj.committed and self._calls == 0:
-                        self._fall_back("")
-                    return
-                continue
-            # tail: only whitespace may come before </tool_call>
-            while i < n and buf[i] in JSON_WS:
-                i += 1
-            if i >= n:
+            i = self._block_step(buf, i, final, END, "between")  # call, tail
+            if i < 0:
                 return
-            if buf.startswith(END, i):
-                self._mode = "between"
-                i += len(END)
-            elif END.startswith(buf[i:]) and not final:
-                self._buf = buf[i:]
-                return
-            else:
-                self._mode = "skip"

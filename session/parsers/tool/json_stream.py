@@ -68,6 +68,17 @@ def is_plain(text: str) -> bool:
     return _PLAIN_RUN.fullmatch(text) is not None
 
 
+def dumps(value: Any) -> str:
+    """``json.dumps(value, ensure_ascii=False)`` with any lone surrogate left escaped (see
+    :func:`_esc`): the JSON text a parser writes for a whole value."""
+    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
+
+
+def string_body(text: str) -> str:
+    """``text`` as it appears inside a JSON string (:func:`dumps` of it without the quotes)."""
+    return text if is_plain(text) else _esc(text)
+
+
 def canonical_number(text: str) -> str | None:
     """``json.dumps(json.loads(text))`` for a complete number token, or None if it is not one."""
     if _NUMBER.fullmatch(text) is None:

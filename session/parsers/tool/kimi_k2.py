@@ -20,7 +20,7 @@ CALL_END = "<|tool_call_end|>"
 _ARGS_ENDS = (CALL_END, SECTION_END)
 
 HEAD_MAX = 256  # a longer call header is not an id a model writes: the call is dropped
-WS_MAX = 256  # whitespace held back (leading content, trailing arguments) at most
+WS_MAX = 256  # whitespace held back (leading content, trailing arguments, trailing reasoning) at most
 
 _CALL_ID = re.compile(r"(?P<id>.+:\d+)")
 
@@ -33,6 +33,17 @@ def call_id_and_name(header: str) -> tuple[str, str] | None:
     call_id = m.group("id").strip()
     name = call_id.split(":")[0].removeprefix("functions.").strip()
     return (call_id, name) if name else None
+
+
+def hold_short_trailing_space(held: str, text: str) -> tuple[str, str]:
+    """``(to send, to hold)``: ``held + text`` with its trailing whitespace held back until more
+    follows; a run longer than ``WS_MAX`` is sent, not held (the arguments' and, in
+    ``reasoning.kimi_k2``, the reasoning's trailing whitespace)."""
+    text = held + text
+    body = text.rstrip()
+    if len(text) - len(body) <= WS_MAX:
+        return body, text[len(body):]
+    return text, ""
 
 
 class KimiK2ToolParser(StreamingToolParser):
@@ -91,12 +102,7 @@ class KimiK2ToolParser(StreamingToolParser):
             text = text.lstrip()
         if not text:
             return
-        text, self._ws = self._ws + text, ""
-        body = text.rstrip()
-        if len(text) - len(body) <= WS_MAX:
-            self._ws = text[len(body):]
-        else:
-            body = text
+        body, self._ws = hold_short_trailing_space(self._ws, text)
         if body:
             self._any = True
             self.add_args(body)

@@ -5,12 +5,11 @@ The full rules: docs/parsers.md (the family's section: its split, state and ever
 
 from __future__ import annotations
 
-import json
 import re
 from typing import Any
 
 from ..base import ParserContext
-from .json_stream import escape_lone_surrogates, is_plain
+from .json_stream import dumps, string_body
 from .schema_values import always_string, coerce, properties_of, value_types
 from .streaming import StreamingToolParser
 
@@ -39,14 +38,6 @@ _SPACES = re.compile(r"\s*")
 _MAX_HEAD = 256
 _MAX_CLOSE = 64
 _MAX_NAME = 256
-
-def _dumps(value: Any) -> str:
-    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
-
-
-def _esc(text: str) -> str:
-    return text if is_plain(text) else _dumps(text)[1:-1]
-
 
 def _skip_spaces(text: str, pos: int) -> int:
     m = _SPACES.match(text, pos)
@@ -191,7 +182,7 @@ class MinimaxM2ToolParser(StreamingToolParser):
                 if not self._scan:  # a call that is not reported: its arguments are not read
                     return
                 if self._phase == "str" and not self._held:
-                    self.add_args(_esc(text))  # the common case: inside a streamed string value
+                    self.add_args(string_body(text))  # the common case: inside a streamed string value
                     return
             elif self._mode != "name":
                 self._text(text)
@@ -417,7 +408,7 @@ class MinimaxM2ToolParser(StreamingToolParser):
         types = self._param_types(key)
         sep = ", " if self._emitted else ""
         if always_string(types):
-            self.add_args(f"{sep}{_dumps(key)}: \"")
+            self.add_args(f"{sep}{dumps(key)}: \"")
             self._emitted, self._phase = True, "str"
         else:
             self._phase, self._key, self._raw = "typed", key, ""
@@ -426,7 +417,7 @@ class MinimaxM2ToolParser(StreamingToolParser):
         if not text:
             return
         if self._phase == "str":
-            self.add_args(_esc(text))
+            self.add_args(string_body(text))
         elif self._phase == "typed":
             self._raw += text
 
@@ -439,6 +430,6 @@ class MinimaxM2ToolParser(StreamingToolParser):
             self.add_args('"')
         elif phase == "typed" and complete:
             sep = ", " if self._emitted else ""
-            self.add_args(f"{sep}{_dumps(self._key)}: {_dumps(coerce(self._raw, self._param_types(self._key)))}")
+            self.add_args(f"{sep}{dumps(self._key)}: {dumps(coerce(self._raw, self._param_types(self._key)))}")
             self._emitted = True
         self._phase, self._key, self._raw = "seek", "", ""

@@ -5,7 +5,6 @@ Formats whose arguments arrive as raw strings (Qwen3-Coder's ``<parameter=k>v</p
 GLM's ``<arg_value>``, MiniMax-M2's ``<parameter name=…>``, Gemma 4's scalars) convert each value
 by the type its property declares (:func:`coerce`); formats whose arguments are already JSON
 (DeepSeek-V3.2's DSML) fit each parsed value to its property (:func:`fit`, :func:`fit_members`).
-The rules, as vLLM applies them:
 
 The full rules: docs/parsers.md (the family's section: its split, state and every difference from vLLM).
 """

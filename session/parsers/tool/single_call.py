@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from ..base import ParserContext
 from .json_calls import CallObjectParser
+from .json_stream import JSON_WS
 from .streaming import StreamingToolParser
 
 
@@ -61,6 +62,40 @@ class SingleCallToolParser(StreamingToolParser):
         if obj.committed:
             self._raw = ""
         return obj, j
+
+    def _block_step(self, buf: str, i: int, final: bool, end: str, after: str) -> int:
+        """One step inside a ``<tool_call>`` … ``end`` block (``hermes``, ``granite4``): in mode
+        ``call`` the call's JSON is read (a first call that is broken or no call falls back to
+        content; a later one is dropped: mode ``skip``, up to ``end``); in mode ``tail`` (the JSON
+        done) only whitespace may come before ``end``, which leads to mode ``after``. Returns where
+        to go on in ``buf``, or -1 when this text is used up (or held back in ``_buf``)."""
+        n = len(buf)
+        if self._mode == "call":
+            obj, i = self._read_call(buf, i, final)
+            if obj.failed or (obj.done and not obj.committed):  # broken, or no name / arguments
+                if not obj.committed and self._calls == 0:
+                    self._fall_back(buf[i:])
+                    return -1
+                self._mode, self._obj, self._raw = "skip", None, ""
+            elif obj.done:
+                self._mode, self._obj = "tail", None
+            elif i >= n:
+                if final and not obj.committed and self._calls == 0:
+                    self._fall_back("")
+                return -1
+            return i
+        while i < n and buf[i] in JSON_WS:
+            i += 1
+        if i >= n:
+            return -1
+        if buf.startswith(end, i):
+            self._mode = after
+            return i + len(end)
+        if end.startswith(buf[i:]) and not final:
+            self._buf = buf[i:]
+            return -1
+        self._mode = "skip"
+        return i
 
     def _fall_back(self, rest: str) -> None:
         """The output is not a call: from the current call's start on, everything is content."""
