@@ -173,7 +173,7 @@ class LocalEngine(Engine):
             mm = await asyncio.to_thread(read_features, request.features, prompt, self.vision)
         base_seed = params.seed if params.seed is not None else secrets.randbits(63)
         group = RequestGroup(key, prompt, params, [base_seed] * params.n, external_id=external, grammar=grammar,
-                             mm=mm)
+                             mm=mm, cache_salt=request.cache_salt)
         box = Outbox(self.outbox_capacity)
         with self._cv:
             if self._inbox_adds + self._sched_waiting >= self.max_waiting:
@@ -225,6 +225,8 @@ class LocalEngine(Engine):
             "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
             "attention_kernel": self.runner.attention_kernel,  # engine/local/attention.py
             "decode_forward": self.runner.decode_forward,  # engine/local/lean_decode.py
+            "resume_replay": self.runner.resume_replay,  # how a resume recomputes its earlier output
+            "resume_replay_chunk": self.scheduler.replay_chunk,  # tokens per replay forward (0: per token)
             "omp_wait_policy": wait_policy(),  # engine/local/omp.py
             "grammars_compiled": self.grammars.compiled,
             # budget-aware closing of structured outputs (engine/local/structured_closing.py): walks made,
@@ -278,6 +280,7 @@ class LocalEngine(Engine):
             loop.call_soon_threadsafe(_settle, ready, EngineUnavailable(self._failure))
             del exc
             return
+        self.scheduler.replay_chunk = self.runner.replay_chunk(self.scheduler.max_num_batched_tokens)
         loop.call_soon_threadsafe(_settle, ready, None)
         try:
             with torch.inference_mode():
@@ -306,6 +309,7 @@ class LocalEngine(Engine):
                 elif kind == "threads":
                     self.num_threads, self.thread_plan = payload
                     self.runner.plan_threads(ThreadPlan(*payload))
+                    sched.replay_chunk = self.runner.replay_chunk(sched.max_num_batched_tokens)
                 else:
                     keys, notify = payload
                     for group in sched.abort(keys):

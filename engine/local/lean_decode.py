@@ -77,6 +77,34 @@ class LeanDecoder:
 
     def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, plan: WritePlan,
                  kv: KVStore) -> torch.Tensor:
+        return self._forward(ids, pos, mask, lambda i, k, v: kv.write(i, k, v, plan))
+
+    def replay(self, ids: list[int], start: int, row: int, kv: KVStore) -> torch.Tensor:
+        """The decode steps of positions ``start .. start + len(ids) - 1`` of KV row ``row`` in one
+        forward (a resumed generation's earlier output, issue 39 item 5): each token is a query
+        row of its own, as in a decode step, and every one reads ``row`` up to its own position
+        (the keys and values expanded over the query rows, stride 0, and a causal mask). With
+        row-invariant linears and a decode attention whose bits do not depend on the length it is
+        given past a row's mask, this is the same bits as ``len(ids)`` one-token decode steps
+        (``ModelRunner._one_pass_replay`` checks it at load). Returns the last token's logits,
+        ``[1, vocab]``; writes every position's keys and values into ``row``."""
+        n, end = len(ids), start + len(ids)
+        pos = torch.arange(start, end)
+        mask = (torch.arange(end)[None, :] <= pos[:, None])[:, None, None, :] if n > 1 else None
+
+        def write(i: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+            kb, vb = kv.keys[i], kv.values[i]
+            if kb is None or vb is None:
+                raise RuntimeError("the KV buffers must hold the prompt before a replay")
+            kb[row, :, start:end] = k[:, :, -1].transpose(0, 1)
+            vb[row, :, start:end] = v[:, :, -1].transpose(0, 1)
+            return (kb[row:row + 1, :, :end].expand(n, -1, -1, -1), vb[row:row + 1, :, :end].expand(n, -1, -1, -1))
+
+        return self._forward(torch.tensor(ids)[:, None], pos[:, None], mask, write, last_only=True)
+
+    def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None,
+                 write: Callable[[int, torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]], *,
+                 last_only: bool = False) -> torch.Tensor:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
         attention = ALL_ATTENTION_FUNCTIONS[self.config._attn_implementation]
@@ -99,13 +127,15 @@ class LeanDecoder:
                 if L.q_norm is not None and L.k_norm is not None:
                     q, k = L.q_norm(q), L.k_norm(k)
                 q, k = _rope(q, cos, sin).transpose(1, 2), _rope(k, cos, sin).transpose(1, 2)
-            keys, values = kv.write(i, k, v, plan)
+            keys, values = write(i, k, v)
             out, _ = attention(L.attn, q, keys, values, mask, dropout=0.0, scaling=L.scaling)
             x = x + L.o(out.reshape(rows, 1, -1).contiguous())
             del q, k, v, keys, values, out  # the next layer's tensors reuse their memory (as in the
             h = L.post_norm(x)  # model, whose locals go when each module returns): 6% of a 16-row step
             x = x + L.down(L.act(L.gate(h)) * L.up(h))
             del h
+        if last_only:  # a replay: only the last token's logits are drawn from
+            x = x[-1:]
         logits: torch.Tensor = self.lm_head(self.norm(x)[:, -1:, :])[:, -1, :]
         return logits
 

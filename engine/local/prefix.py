@@ -1,7 +1,9 @@
 """Prefix caching for the local engine: keys and values of earlier prompts, reused by later ones.
 Whole ``BLOCK``-token blocks matched through a chain of hashes, then compared for real; an LRU
-bounded in bytes; images and resumed generations left out. How, and what it costs and keeps exact:
-docs/engine.md, "LocalEngine", "Prefix caching".
+bounded in bytes; images and resumed generations left out. A request's ``cache_salt`` is mixed into
+its first block's hash, as vLLM does, so blocks of different salts (tenants) never match: the cache
+is shared only between requests with the same salt (or none). How, and what it costs and keeps
+exact: docs/engine.md, "LocalEngine", "Prefix caching".
 """
 
 from __future__ import annotations
@@ -17,16 +19,23 @@ BLOCK = 16
 class PrefixEntry:
     tokens: tuple[int, ...]  # a whole number of blocks
     hashes: list[int]  # the hash chain of its blocks
+    salt: str | None = None  # the cache_salt of the request that filled it
     nbytes: int = 0  # set when the runner stores the tensors
     data: Any = None  # per layer (keys, values) [kv_heads, len(tokens), head_dim]; the runner's
     hits: int = field(default=0)
 
 
-def block_hashes(tokens: list[int] | tuple[int, ...], blocks: int) -> list[int]:
+def block_hash(parent: int, block: tuple[int, ...], salt: str | None, first: bool) -> int:
+    """One link of the chain: the parent's hash and the block's tokens, and in the first block the
+    salt (vLLM's ``cache_salt`` in the first block's extra keys): every later block chains it."""
+    return hash((parent, block, salt)) if first and salt is not None else hash((parent, block))
+
+
+def block_hashes(tokens: list[int] | tuple[int, ...], blocks: int, salt: str | None = None) -> list[int]:
     out: list[int] = []
     h = 0
     for i in range(blocks):
-        h = hash((h, tuple(tokens[i * BLOCK:(i + 1) * BLOCK])))
+        h = block_hash(h, tuple(tokens[i * BLOCK:(i + 1) * BLOCK]), salt, i == 0)
         out.append(h)
     return out
 
@@ -52,9 +61,10 @@ class PrefixCache:
     def enabled(self) -> bool:
         return self.max_bytes > 0 and self.bytes_per_token > 0
 
-    def lookup(self, prompt: list[int], limit: int) -> tuple[PrefixEntry, int] | None:
-        """The entry sharing the longest whole-block prefix with ``prompt``, and how many positions
-        to take from it: at most ``limit`` (the positions the prefill would compute, less one)."""
+    def lookup(self, prompt: list[int], limit: int, salt: str | None = None) -> tuple[PrefixEntry, int] | None:
+        """The entry of the same ``salt`` sharing the longest whole-block prefix with ``prompt``,
+        and how many positions to take from it: at most ``limit`` (the positions the prefill would
+        compute, less one)."""
         if not self.enabled or limit < BLOCK:
             return None
         blocks = min(len(prompt), limit + 1) // BLOCK
@@ -62,7 +72,7 @@ class PrefixCache:
         matched = 0
         h = 0
         for i in range(blocks):
-            h = hash((h, tuple(prompt[i * BLOCK:(i + 1) * BLOCK])))
+            h = block_hash(h, tuple(prompt[i * BLOCK:(i + 1) * BLOCK]), salt, i == 0)
             entry = self._by_hash.get(h)
             if entry is None:
                 break
@@ -70,7 +80,7 @@ class PrefixCache:
         if best is None:
             return None
         matched = min(matched, limit)
-        if list(best.tokens[:matched]) != prompt[:matched]:  # a hash collision: a miss, never a wrong hit
+        if best.salt != salt or list(best.tokens[:matched]) != prompt[:matched]:  # a collision: a miss
             return None
         return best, matched
 
@@ -82,21 +92,22 @@ class PrefixCache:
         self.hits += 1
         self.hit_tokens += matched
 
-    def admit(self, prompt: list[int], length: int) -> PrefixEntry | None:
-        """A new entry for ``prompt[:length]`` rounded down to whole blocks, or None when it is too
-        short, too big for the budget, or already covered by an entry at least as long."""
+    def admit(self, prompt: list[int], length: int, salt: str | None = None) -> PrefixEntry | None:
+        """A new entry for ``prompt[:length]`` rounded down to whole blocks under ``salt``, or None
+        when it is too short, too big for the budget, or already covered by an entry at least as
+        long (of the same salt)."""
         if not self.enabled:
             return None
         blocks = length // BLOCK
         if blocks == 0 or blocks * BLOCK * self.bytes_per_token > self.max_bytes:
             return None
         tokens = tuple(prompt[:blocks * BLOCK])
-        hashes = block_hashes(tokens, blocks)
+        hashes = block_hashes(tokens, blocks, salt)
         have = self._by_hash.get(hashes[-1])
-        if have is not None and have.tokens[:len(tokens)] == tokens:
+        if have is not None and have.salt == salt and have.tokens[:len(tokens)] == tokens:
             self.entries.move_to_end(id(have))  # the same prefix again: keep the one stored
             return None
-        entry = PrefixEntry(tokens, hashes, nbytes=len(tokens) * self.bytes_per_token)
+        entry = PrefixEntry(tokens, hashes, salt, nbytes=len(tokens) * self.bytes_per_token)
         self._evict(self.max_bytes - entry.nbytes)
         self.entries[id(entry)] = entry
         for h in hashes:  # the newest entry answers for every prefix it holds

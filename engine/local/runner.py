@@ -52,6 +52,9 @@ class ModelRunner:
         self.attention_kernel = "not loaded"  # engine.local.attention
         self.lean: lean_decode.LeanDecoder | None = None  # decode steps without the model call
         self.decode_forward = "not loaded"
+        self.one_pass_replay = False  # a resumed generation's earlier output recomputed in one forward per chunk
+        self.resume_replay = "not loaded"  # how, in words (/engine/stats)
+        self._replay_width = 0  # the widest per-token row of an elementwise operator (the cap below)
         self.threads = ThreadPlan(1)  # each forward's torch thread count (engine/local/threads.py)
         self.logits_threads = ThreadPlan(1)  # the output projection's, inside each forward
         self._torch_threads = 0  # what torch was last set to here (0: not yet)
@@ -108,6 +111,8 @@ class ModelRunner:
         self._plan_projection()  # before the lean decoder, which calls the projection it finds
         self.lean, self.decode_forward = self._lean_decoder()
         log.info("decode forward: %s", self.decode_forward)
+        self.one_pass_replay, self.resume_replay = self._one_pass_replay()
+        log.info("resume replay: %s", self.resume_replay)
         # the heap that the dense weights' copies, the packing's scratch and the check steps used
         _malloc_trim()
 
@@ -163,6 +168,69 @@ class ModelRunner:
         finally:
             self.kv.release_memory()
         return lean, "lean (same bits as the model's forward)"
+
+    def _one_pass_replay(self) -> tuple[bool, str]:
+        """Whether a resumed generation's earlier output (``output_offset``) can be recomputed in
+        one forward per chunk (:meth:`LeanDecoder.replay`) with the bits of one decode step per
+        token, and why, in words. It needs the lean decoder, the native linears (each output's bits
+        are its row's alone: docs/engine.md, "Linear layers") and the native decode attention
+        (bits independent of the batch and of the length past a row's mask), and per-token rows
+        that torch's vectorized elementwise loops cover without a scalar tail (an intermediate
+        size a multiple of 64, a head size a multiple of 32: a tail runs ``std::exp`` where the
+        vector body runs Sleef's, other bits). Then it checks: 12 tokens one-pass against 12
+        decode steps, the last logits and every key and value the same bits."""
+        if self.lean is None:
+            return False, f"one decode step per token (no lean decode forward: {self.decode_forward})"
+        if not self.linear_kernel.startswith("native"):
+            return False, ("one decode step per token (the linears are not the native kernel, whose bits do not "
+                           f"depend on the number of rows: {self.linear_kernel})")
+        if not self.attention_kernel.startswith("native"):
+            return False, f"one decode step per token (the decode attention is not the native kernel: {self.attention_kernel})"
+        config = self.model.config.get_text_config()
+        head = int(getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads)
+        inter = int(config.intermediate_size)
+        if inter % 64 or head % 32:
+            return False, (f"one decode step per token (intermediate size {inter} or head size {head} leaves torch's "
+                           "vectorized loops a scalar tail, whose bits depend on the number of rows)")
+        self._replay_width = max(inter, int(config.hidden_size),
+                                 head * (int(config.num_attention_heads) + 2 * int(config.num_key_value_heads)))
+        assert self.kv is not None
+        ids = [(7 * i + 3) % self.vocab_size for i in range(17)]
+        start = 5
+        try:
+            with torch.inference_mode():
+                for row in (0, 1):
+                    self.reserve(2, len(ids))
+                    self._forward(torch.tensor([ids[:start]]), torch.arange(start)[None], None,
+                                  WritePlan(row, [0], [start], start))
+                step = None
+                for p in range(start, len(ids)):
+                    pos = torch.tensor([p])
+                    step = self.lean(torch.tensor([[ids[p]]]), pos[:, None], None,
+                                     WritePlan(0, [p], [1], p + 1, positions=pos, same_position=p), self.kv)
+                one = self.lean.replay(ids[start:], start, 1, self.kv)
+            same = step is not None and torch.equal(step, one) and all(
+                torch.equal(buf[0, :, :len(ids)], buf[1, :, :len(ids)])
+                for buf in (*self.kv.keys, *self.kv.values) if buf is not None)
+        except Exception as exc:  # an optional fast path: whatever stops it, the per-token replay serves
+            log.warning("no one-pass resume replay: %s: %s", type(exc).__name__, exc)
+            return False, f"one decode step per token ({type(exc).__name__} in the one-pass check)"
+        finally:
+            self.kv.release_memory()
+        if not same:
+            return False, "one decode step per token (the one-pass replay's bits differ from the decode steps')"
+        return True, "one pass per chunk (the same bits as one decode step per token)"
+
+    def replay_chunk(self, budget: int) -> int:
+        """The most earlier-output tokens one replay forward takes (0: no one-pass replay): the step's
+        token budget; with more than one thread, also few enough that no elementwise operator of the
+        forward reaches torch's parallel grain (32,768 elements), where splitting it between threads
+        can put a scalar tail in the middle of a row."""
+        if not self.one_pass_replay:
+            return 0
+        if self.threads.threads > 1 and self._replay_width:
+            return max(1, min(budget, (GRAIN - 1) // self._replay_width))
+        return budget
 
     def _check_architecture(self) -> None:
         """One tiny forward through StepCache: every layer must have written its keys/values."""
@@ -240,10 +308,34 @@ class ModelRunner:
 
     # --- forwards --------------------------------------------------------------------------
     def prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
-        """Run prompt chunks (rows must be consecutive); returns ``[len(chunks), vocab]``
-        logits of each chunk's last token."""
+        """Run prompt chunks; returns ``[len(chunks), vocab]`` logits of each chunk's last token.
+        Prompt chunks of consecutive rows run as one batch; a resumed generation's replay chunk
+        (:attr:`PrefillChunk.replay`) runs in a forward of its own (:meth:`LeanDecoder.replay`)."""
+        if not any(c.replay for c in chunks):
+            return self._prefill_batch(chunks)
+        out: list[torch.Tensor] = []
+        run: list[PrefillChunk] = []  # consecutive rows of prompt chunks: one batch
+        for c in chunks:
+            if run and (c.replay or c.seq.row != run[-1].seq.row + 1):
+                out.extend(self._prefill_batch(run))
+                run = []
+            if c.replay:
+                out.extend(self._timed("replay", c.count, c.start + c.count, self._replay, c))
+            else:
+                run.append(c)
+        if run:
+            out.extend(self._prefill_batch(run))
+        return torch.stack(out)
+
+    def _prefill_batch(self, chunks: list[PrefillChunk]) -> torch.Tensor:
         kv_len = max(c.start + c.count for c in chunks)
         return self._timed("prefill", sum(c.count for c in chunks), kv_len, self._prefill, chunks)
+
+    def _replay(self, chunk: PrefillChunk) -> torch.Tensor:
+        assert self.lean is not None and self.kv is not None
+        end = chunk.start + chunk.count
+        self.reserve(chunk.seq.row + 1, end)
+        return self.lean.replay(chunk.seq.prompt[chunk.start:end], chunk.start, chunk.seq.row, self.kv)
 
     def _prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
         first = chunks[0].seq.row
@@ -379,6 +471,7 @@ class _PlannedProjection(torch.nn.Module):
 
 
 TRIM_AFTER_BYTES = 16 << 20
+GRAIN = 32768  # torch's parallel grain (at::internal::GRAIN_SIZE): smaller elementwise operators run on one thread
 
 
 def _malloc_trim() -> None:

@@ -3,7 +3,9 @@
 A plain object driven by the engine thread (it never touches tensors): the waiting queue, admission
 under ``max_num_seqs``, the row table (decoding rows first, fixed with :class:`KVOp` row moves), and
 :meth:`Scheduler.plan` under ``max_num_batched_tokens``; a resumed generation replays its earlier
-output one decode step per token (:attr:`Sequence.replaying`). How: docs/engine.md, "LocalEngine"
+output in replay chunks under the same budget where the runner can (:attr:`PrefillChunk.replay`,
+``Scheduler.replay_chunk``), else one decode step per token (:attr:`Sequence.replaying`). How:
+docs/engine.md, "LocalEngine"
 (continuous batching) and "Exactness".
 """
 
@@ -56,10 +58,16 @@ class Sequence:
         return self.output[-1] if self.output else self.group.prompt[-1]
 
     @property
-    def prefill_end(self) -> int:
-        """Prompt positions computed by prefill; the rest (a resumed generation's earlier output)
-        by decode steps."""
+    def replay_start(self) -> int:
+        """Where a resumed generation's earlier output starts in the prompt (its length when none)."""
         return len(self.group.prompt) - self.group.params.replay
+
+    @property
+    def prefill_end(self) -> int:
+        """Prompt positions computed before the sequence decodes: the whole prompt where the
+        earlier output is replayed in one pass per chunk (:attr:`RequestGroup.one_pass_replay`),
+        else up to :attr:`replay_start`, the rest by decode steps."""
+        return len(self.group.prompt) if self.group.one_pass_replay else self.replay_start
 
     @property
     def next_input(self) -> int:
@@ -88,6 +96,8 @@ class RequestGroup:
     aborted: bool = False
     grammar: Any = None  # compiled structured-output constraint (engine.local.grammar), or None
     mm: Any = None  # the prompt's images (engine.local.vision.VisionPrompt), or None
+    one_pass_replay: bool = False  # its earlier output (params.replay) is replayed in replay chunks
+    cache_salt: str | None = None  # its prefix-cache tenant (engine.local.prefix): matches only its own salt
 
     def __post_init__(self) -> None:
         if not self.seqs:
@@ -124,6 +134,12 @@ class PrefillChunk:
     def completes(self) -> bool:
         return self.start + self.count == self.seq.prefill_end
 
+    @property
+    def replay(self) -> bool:
+        """Positions of a resumed generation's earlier output, computed as decode steps are (one
+        query row per token) in a forward of their own: ``ModelRunner.prefill``."""
+        return self.start >= self.seq.replay_start
+
 
 @dataclass(frozen=True, slots=True)
 class StepPlan:
@@ -141,7 +157,7 @@ class Overloaded(Exception):
 
 class Scheduler:
     def __init__(self, *, max_num_seqs: int, max_num_batched_tokens: int, max_waiting: int,
-                 prefix: PrefixCache | None = None) -> None:
+                 prefix: PrefixCache | None = None, replay_chunk: int = 0) -> None:
         if max_num_seqs < 1 or max_num_batched_tokens < 1 or max_waiting < 0:
             raise ValueError("scheduler limits must be positive")
         self.prefix = prefix  # prefix caching (engine.local.prefix), or None
@@ -154,6 +170,9 @@ class Scheduler:
         self.prefilling: list[Sequence] = []  # row len(decoding) + i
         self.reserved = 0  # sequences of admitted groups not yet holding a row (n > 1 forks)
         self.pending_ops: list[KVOp] = []
+        # the most earlier-output tokens of a resumed generation one replay forward takes
+        # (ModelRunner.replay_chunk); 0: they are recomputed one decode step each
+        self.replay_chunk = replay_chunk
 
     # --- bookkeeping -----------------------------------------------------------------------
     @property
@@ -179,6 +198,7 @@ class Scheduler:
             raise ValueError(f"duplicate request id {group.request_id!r}")
         if len(self.waiting) >= self.max_waiting:
             raise Overloaded
+        group.one_pass_replay = self.replay_chunk > 0 and group.params.replay > 0
         self.groups[group.request_id] = group
         self.waiting.append(group)
 
@@ -192,19 +212,30 @@ class Scheduler:
         decode = list(self.decoding)
         budget = max(self.max_num_batched_tokens - len(decode), self.max_num_batched_tokens // 4, 1)
         chunks: list[PrefillChunk] = []
-        width = 0  # longest chunk in the batch (the batch is padded to it)
+        width = 0  # longest prompt chunk in the batch (the batch is padded to it)
+        prompts = 0  # prompt chunks in the batch
+        replayed = 0  # tokens of replay chunks (each a forward of its own, unpadded)
 
         def fit(seq: Sequence) -> bool:
-            nonlocal width
-            remaining = seq.prefill_end - seq.computed
+            nonlocal width, prompts, replayed
+            if seq.computed >= seq.replay_start:  # earlier output of a resumed generation, one pass
+                room = budget - prompts * width - replayed
+                count = min(seq.prefill_end - seq.computed, max(self.replay_chunk, 1), room)
+                if count < 1:
+                    return False
+                chunks.append(PrefillChunk(seq, seq.computed, count))
+                replayed += count
+                return True
+            remaining = seq.replay_start - seq.computed
             if not chunks:
                 count = min(remaining, budget)
             else:
-                if (len(chunks) + 1) * max(width, remaining) > budget:
+                if (prompts + 1) * max(width, remaining) + replayed > budget:
                     return False
                 count = remaining
             chunks.append(PrefillChunk(seq, seq.computed, count))
             width = max(width, count)
+            prompts += 1
             return True
 
         for seq in self.prefilling:  # already started (chunked) prompts first, in row order
@@ -217,8 +248,8 @@ class Scheduler:
                     break
                 first = group.seqs[0]
                 hit = self._cached_prefix(first)
-                todo = first.prefill_end - (hit[1] if hit is not None else 0)
-                if chunks and (len(chunks) + 1) * max(width, todo) > budget:
+                todo = first.replay_start - (hit[1] if hit is not None else 0)
+                if chunks and (prompts + 1) * max(width, todo) + replayed > budget:
                     break
                 self.waiting.popleft()
                 group.admitted = True
@@ -241,7 +272,7 @@ class Scheduler:
         if not self._cacheable(seq):
             return None
         assert self.prefix is not None
-        return self.prefix.lookup(seq.prompt, seq.prefill_end - 1)
+        return self.prefix.lookup(seq.prompt, seq.prefill_end - 1, seq.group.cache_salt)
 
     def _start_prefill(self, seq: Sequence) -> None:
         seq.state = SeqState.PREFILL
@@ -264,7 +295,7 @@ class Scheduler:
         self._promote(seq)
         if self._cacheable(seq):
             assert self.prefix is not None
-            entry = self.prefix.admit(seq.prompt, seq.prefill_end)
+            entry = self.prefix.admit(seq.prompt, seq.prefill_end, seq.group.cache_salt)
             if entry is not None:  # copied out of its row before any later row move
                 self.pending_ops.append(KVOp("save", seq.row, -1, len(entry.tokens), entry))
         forks = [s for s in seq.group.seqs if s is not seq and s.state is SeqState.WAITING]

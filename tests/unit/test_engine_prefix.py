@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from engine.local.prefix import BLOCK, PrefixCache
+from engine.local.prefix import BLOCK, PrefixCache, block_hashes
 from tests.conftest import DEFAULT_MODEL
 from tests.support.engine_harness import EngineHarness, Reference, request, running_engine
 
@@ -78,6 +78,32 @@ def test_a_zero_budget_turns_caching_off() -> None:
     c = cache(0)
     p = words(4 * BLOCK, 5)
     assert c.admit(p, len(p)) is None and c.lookup(p, len(p) - 1) is None
+
+
+def test_a_prefix_cached_under_one_salt_is_not_a_hit_under_another() -> None:
+    """Issue 39 item 6: blocks were keyed by token ids alone, so any client's prompt was a hit for
+    every other client (a timing probe tells whether someone sent it). ``cache_salt`` goes into the
+    first block's hash, as vLLM's: every block of the chain differs by salt."""
+    c = cache(10**6)
+    p = words(4 * BLOCK, 70)
+    salted = c.admit(p, len(p), salt="tenant-a")
+    assert salted is not None and salted.salt == "tenant-a"
+    hit = c.lookup(p, len(p) - 1, salt="tenant-a")
+    assert hit is not None and hit[0] is salted
+    assert c.lookup(p, len(p) - 1, salt="tenant-b") is None
+    assert c.lookup(p, len(p) - 1) is None  # no salt sees no tenant's blocks
+    plain = c.admit(p, len(p))  # and the same tokens unsalted are an entry of their own
+    assert plain is not None and plain is not salted
+    hit = c.lookup(p, len(p) - 1)
+    assert hit is not None and hit[0] is plain
+    assert c.admit(p, len(p), salt="tenant-a") is None  # still stored once per salt
+    assert set(block_hashes(p, 4)).isdisjoint(block_hashes(p, 4, "tenant-a"))
+    assert block_hashes(p, 4) == block_hashes(p, 4, None)  # unsalted hashes are what they were
+    # a hash that matched across salts (a collision) would still be a miss: the salt is compared too
+    other = c.admit(words(2 * BLOCK, 71), 2 * BLOCK, salt="x")
+    assert other is not None
+    c._by_hash[block_hashes(other.tokens, 1, "y")[0]] = other
+    assert c.lookup(list(other.tokens), 2 * BLOCK - 1, salt="y") is None
 
 
 # --- the engine -------------------------------------------------------------------------------------

@@ -5,7 +5,10 @@
  * rounded once to bf16 (round to nearest even, as torch's conversion). The query heads of one
  * key-value group share each pass over K and V. Each (row, key-value head) is computed alone, in
  * a fixed order, so the bits do not depend on the batch, on the thread count, or on how the work
- * is split between threads.
+ * is split between threads; nor on the length t a row is given beyond its unmasked positions (a
+ * row alone at its length, or masked in a longer batch): every position's score is reduced the
+ * same way wherever it falls, and the softmax's sum has a fixed order. The local engine's one-pass
+ * replay of a resumed generation relies on it (docs/engine.md, "Exactness").
  *
  * Built by engine/local/native.py with the machine's C compiler at first use; no torch headers.
  * The (row, key-value head) pairs are shared among the threads asked for by the kernels' own pool
@@ -47,14 +50,17 @@ static void softmax_rows(int64_t groups, int64_t t, float *scores) {
         float *sg = scores + g * t;
         float mx = -INFINITY;
         for (int64_t j = 0; j < t; j++) mx = sg[j] > mx ? sg[j] : mx;
-        float sum = 0.0f;
-#pragma omp simd reduction(+ : sum)
+        /* 16 partial sums, position j into lane j % 16, then one fixed tree: the same sum whatever t is
+         * (a masked position adds 0), where a vectorized reduction's lanes and tail depend on t */
+        float lane[16] = {0.0f};
         for (int64_t j = 0; j < t; j++) {
             float e = sg[j] == -INFINITY ? 0.0f : exp_nonpositive(sg[j] - mx);
             sg[j] = e;
-            sum += e;
+            lane[j % 16] += e;
         }
-        const float inv = 1.0f / sum;
+        for (int w = 8; w > 0; w /= 2)
+            for (int i = 0; i < w; i++) lane[i] += lane[i + w];
+        const float inv = 1.0f / lane[0];
 #pragma omp simd
         for (int64_t j = 0; j < t; j++) sg[j] *= inv;
     }
@@ -202,12 +208,23 @@ static void head64(const Head *a) {
             _mm512_storeu_ps(scores + g * t + j, _mm512_mul_ps(sum16(v), scale));
         }
     }
-    for (; j < t; j++) {
-        const uint16_t *kj = a->k + j * a->kst;
+    if (j < t) { /* the last t % 16 positions: summed by sum16 as in a whole block (zeros beside them), so a
+                  * position's score is the same whatever t is (a row alone, or masked in a longer batch) */
+        const int64_t rest = t - j;
         for (int64_t g = 0; g < groups; g++) {
-            __m512 s = _mm512_dpbf16_ps(_mm512_setzero_ps(), qv[g][0], (__m512bh)_mm512_loadu_si512((const void *)kj));
-            s = _mm512_dpbf16_ps(s, qv[g][1], (__m512bh)_mm512_loadu_si512((const void *)(kj + 32)));
-            scores[g * t + j] = _mm512_reduce_add_ps(s) * a->scale;
+            __m512 v[16];
+            for (int jj = 0; jj < 16; jj++) {
+                if (jj >= rest) {
+                    v[jj] = _mm512_setzero_ps();
+                    continue;
+                }
+                const uint16_t *kj = a->k + (j + jj) * a->kst;
+                __m512 s = _mm512_dpbf16_ps(_mm512_setzero_ps(), qv[g][0], (__m512bh)_mm512_loadu_si512((const void *)kj));
+                v[jj] = _mm512_dpbf16_ps(s, qv[g][1], (__m512bh)_mm512_loadu_si512((const void *)(kj + 32)));
+            }
+            float block[16];
+            _mm512_storeu_ps(block, _mm512_mul_ps(sum16(v), scale));
+            memcpy(scores + g * t + j, block, (size_t)rest * sizeof(float));
         }
     }
     if (a->mask)
