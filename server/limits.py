@@ -22,6 +22,10 @@ from server.errors import ApiError, error_response, flavor_of
 
 MAX_BODY_BYTES = 64 * 1024 * 1024
 MAX_CLIENTS = 100_000  # clients remembered (least recently seen forgotten first)
+# A resumed stream recomputes the output it covers before its first new token (one forward per
+# chunk, or one decode step per token: docs/engine.md, "Exactness"), from a frame a few bytes per
+# token: it counts as one request more per this many covered tokens (docs/reliability.md).
+RESUME_TOKENS_PER_REQUEST = 256
 
 
 class RateLimited(ApiError):
@@ -51,43 +55,60 @@ class Limiter:
     def enabled(self) -> bool:
         return self.rate > 0 or self.max_concurrent > 0
 
-    def acquire(self, key: str, now: float) -> None:
-        """Take one request for ``key``; raises :class:`RateLimited`. Pair with :meth:`release`."""
+    def acquire(self, key: str, now: float, weight: int = 1) -> int:
+        """Take ``weight`` requests for ``key`` (a resumed stream's :func:`resume_weight`; each
+        limit takes at most its own size, so a heavy request can always run alone); raises
+        :class:`RateLimited`. Returns the concurrency slots held: pass them to :meth:`release`."""
         client = self._clients.get(key)
         if client is None:
             client = self._clients[key] = _Client(self.burst, now)
             while len(self._clients) > self.max_clients:
                 self._clients.popitem(last=False)
         self._clients.move_to_end(key)
-        if self.max_concurrent and client.in_flight >= self.max_concurrent:
-            raise RateLimited(f"Too many concurrent requests: at most {self.max_concurrent} in flight per client; "
-                              "retry when one finishes.", 1)
+        weight = max(1, weight)
+        held = min(weight, self.max_concurrent) if self.max_concurrent else weight
+        what = "" if weight == 1 else f" (this resumed stream counts as {weight} requests: 1 + 1 per " \
+            f"{RESUME_TOKENS_PER_REQUEST} tokens it covers)"
+        if self.max_concurrent and client.in_flight + held > self.max_concurrent:
+            raise RateLimited(f"Too many concurrent requests: at most {self.max_concurrent} in flight per client"
+                              f"{what}; retry when one finishes.", 1)
         if self.rate:
+            cost = min(float(weight), self.burst)
             client.tokens = min(self.burst, client.tokens + (now - client.updated) * self.rate)
             client.updated = now
-            if client.tokens < 1:
-                raise RateLimited(f"Rate limit exceeded: at most {self.burst:g} requests per minute per client; "
-                                  "retry later.", (1 - client.tokens) / self.rate)
-            client.tokens -= 1
-        client.in_flight += 1
+            if client.tokens < cost:
+                raise RateLimited(f"Rate limit exceeded: at most {self.burst:g} requests per minute per client"
+                                  f"{what}; retry later.", (cost - client.tokens) / self.rate)
+            client.tokens -= cost
+        client.in_flight += held
+        return held
 
-    def release(self, key: str) -> None:
+    def release(self, key: str, held: int = 1) -> None:
         client = self._clients.get(key)
         if client is not None and client.in_flight > 0:
-            client.in_flight -= 1
+            client.in_flight = max(0, client.in_flight - held)
+
+
+def resume_weight(resume: object) -> int:
+    """How many requests a stream counts as against the limits: 1, and for a resume (a ``resume``
+    object whose ``output_token_ids`` the stream covers) 1 more per :data:`RESUME_TOKENS_PER_REQUEST`
+    covered tokens (a malformed one counts 1: the pipeline refuses it with a 400)."""
+    ids = resume.get("output_token_ids") if isinstance(resume, dict) else None
+    return 1 + len(ids) // RESUME_TOKENS_PER_REQUEST if isinstance(ids, list) else 1
 
 
 @contextlib.contextmanager
-def admitted(limiter: Limiter, key: str) -> Iterator[None]:
-    """Hold one of ``key``'s requests for the block (raises :class:`RateLimited` when refused)."""
+def admitted(limiter: Limiter, key: str, weight: int = 1) -> Iterator[None]:
+    """Hold ``weight`` of ``key``'s requests for the block (:meth:`Limiter.acquire`; raises
+    :class:`RateLimited` when refused)."""
     if not limiter.enabled:
         yield
         return
-    limiter.acquire(key, time.monotonic())
+    held = limiter.acquire(key, time.monotonic(), weight)
     try:
         yield
     finally:
-        limiter.release(key)
+        limiter.release(key, held)
 
 
 def client_key(headers: dict[bytes, bytes], client: Any) -> str:

@@ -29,6 +29,7 @@ from server.pipeline_stream import (
     _Prepared,
 )
 from server.render_work import json_size, render_work
+from server.resume_budget import ResumeBudget
 from session.client_frames import Kind
 from session.derender import (
     ChatDerenderer,
@@ -60,6 +61,7 @@ class Pipeline:
         self._warn_random_secret = warn_random_secret and codec.random_secret
         s = ctx.settings
         self.parser_names = (s.tool_call_parser, s.reasoning_parser, s.enable_auto_tool_choice)
+        self.resumes = ResumeBudget()  # how often each checkpoint was resumed on this replica
 
     @property
     def engine(self) -> Engine:
@@ -251,6 +253,8 @@ class Pipeline:
             raise StateError("resume.output_token_ids are not the ids the interrupted stream produced up to "
                              "this checkpoint; send them exactly as its frames carried them.",
                              reason="wrong_request", param="resume")
+        # expiry (any replica) and the per-checkpoint budget (this replica): server/resume_budget.py
+        self.resumes.take(str(resume.get("checkpoint")).rsplit(".", 1)[-1], decoded.body.get("x"), time.time())
         prep.output_digest = digest
         d.restore(0, snap)
         if prep.kind == "messages":

@@ -14,6 +14,7 @@ import array
 import base64
 import contextlib
 import hashlib
+import time
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -306,7 +307,7 @@ class PipelineStream:
         self.offsets[0] += len(ids)
         self._digest.update(ids)
         body: dict[str, Any] = {"t": self.prep.created, "st": d.snapshot(index), "n": self.offsets[0],
-                                "h": self._digest.digest()}
+                                "h": self._digest.digest(), "x": int(time.time())}  # x: issued (resume_budget.py)
         if events is not None:
             body["a"] = events
         return self.pipeline.codec.encode(self.pipeline._binding(self.prep, index), self.offsets[0], body)

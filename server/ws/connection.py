@@ -21,7 +21,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from engine.errors import EngineShutDown
 from server import metrics
 from server.errors import to_api_error
-from server.limits import Limiter, admitted
+from server.limits import Limiter, admitted, resume_weight
 from server.shutdown import Drain
 from server.ws.outbox import Outbox
 from server.ws.transport import FrameWriter
@@ -214,7 +214,8 @@ class Connection:
             try:
                 if self.shutdown.draining:
                     raise self.shutdown.error()
-                with admitted(*self.limits):
+                weight = resume_weight(start.resume) if isinstance(start, StartPipeline) else 1
+                with admitted(*self.limits, weight):
                     await run(start, self.stages, self._report)
             except Exception as exc:
                 error = exc
