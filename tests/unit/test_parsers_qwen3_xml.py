@@ -14,7 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
-from session.parsers.base import ParsedDelta, ParserContext
+from session.parsers.base import ParsedDelta, ParserContext, ToolCallDelta
 from session.parsers.errors import MalformedSnapshot
 from session.parsers.reasoning.qwen3 import (
     Qwen3ReasoningParser,
@@ -22,6 +22,7 @@ from session.parsers.reasoning.qwen3 import (
     Step3p5ReasoningParser,
 )
 from session.parsers.tool import HermesToolParser
+from session.parsers.tool.json_stream import is_plain
 from session.parsers.tool.qwen3_xml import VALUE_CAP, MiMoToolParser, Qwen3XmlToolParser, SeedOssToolParser
 from session.parsers.tool.schema_values import coerce, properties_of, value_types
 
@@ -197,6 +198,36 @@ def test_arguments_stream_as_they_come() -> None:
     assert [d.arguments for d in parser.feed("2\n</parameter>\n").tool_calls] == [', "days": 12']
     assert [d.arguments for d in parser.feed("</function>\n</tool_call>").tool_calls] == ["}"]
     assert not parser.finish()
+
+
+def _skipping(parser: Qwen3XmlToolParser, chunks: list[str]) -> Split:
+    """Feed ``chunks`` as the derenderer does: a chunk the args shortcut covers is not fed."""
+    out: list[ParsedDelta] = []
+    for chunk in chunks:
+        call = parser.plain_args_call()
+        if call is not None and is_plain(chunk) and parser.plain_args_guard() not in chunk:
+            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
+        else:
+            out.append(parser.feed(chunk))
+    out.append(parser.finish())
+    return fold(out)
+
+
+@pytest.mark.parametrize("cls", [Qwen3XmlToolParser, SeedOssToolParser, MiMoToolParser])
+@pytest.mark.parametrize("ctx", [CTX, SERIAL, NONE_CTX, NO_TOOLS], ids=["auto", "serial", "none", "no_tools"])
+def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(cls: type[Qwen3XmlToolParser],
+                                                                   ctx: ParserContext) -> None:
+    start = "<seed:tool_call>" if cls is SeedOssToolParser else "<tool_call>"
+    end = "</seed:tool_call>" if cls is SeedOssToolParser else "</tool_call>"
+    head = [start, "\n<function=get_weather>\n<parameter=city>\n", "Pa", "ris"]
+    chunks = [*head, " is", " a < b", " city", "\n", "\n", " of", " 東京 😀", ' "q"', "\n</parameter>\n</function>\n", end]
+    parser = cls(ctx)
+    for chunk in head:
+        parser.feed(chunk)
+    reported = ctx in (CTX, SERIAL)  # (no tools: untyped values are held until complete)
+    assert parser.plain_args_call() == (0 if reported else None)
+    assert parser.plain_args_guard() == "<"
+    assert _skipping(cls(ctx), chunks) == one_shot(cls, "".join(chunks), ctx)
 
 
 def test_a_long_string_value_streams_and_the_state_stays_small() -> None:

@@ -165,6 +165,18 @@ class Qwen3XmlToolParser(StreamingToolParser):
         # whitespace rules still apply, so no shortcut then.
         return "<" if self._mode == "text" and self._ws == 2 and not self._buf else None
 
+    def plain_args_call(self) -> int | None:
+        # Inside a string value past its leading newline, nothing held (no "<" piece, no trailing
+        # newline that may be markup): a text without "\n" (is_plain) and "<" streams unchanged.
+        if self._buf or self._mode != "args" or self._sub != "v" or self._kind != "s" or not self._vstarted \
+                or self._nl:
+            return None
+        index = self._calls - 1
+        return index if self._kept(index) else None
+
+    def plain_args_guard(self) -> str:
+        return "<"
+
     # -- the split ---------------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> None:
         if not self._buf and self._mode == "args" and self._sub == "v" and self._kind == "s" and self._vstarted \
