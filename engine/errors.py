@@ -8,6 +8,7 @@
     ├── EngineOverloaded             503 — admission queue full
     ├── EngineUnavailable            502 — remote engine down / unreachable, local engine stopped
     │   └── EngineShutDown           503 — the server is shutting down (graceful shutdown's deadline)
+    ├── EngineProtocolError          502 — a bad engine answer (engine/inbound.py): ``engine_error``
     ├── EngineTimeout                504 — remote engine did not answer in time
     └── EngineInternalError          500 — a step failed; message is safe to show, details are logged
 
@@ -45,6 +46,15 @@ class EngineUnavailable(EngineError):
 class EngineShutDown(EngineUnavailable):
     status = 503
     code = "shutting_down"
+
+
+class EngineProtocolError(EngineError):
+    """A bad engine, not a bad request: what it sent is malformed, oversized or more than the request
+    allows (engine/inbound.py). The message names the engine and what was wrong, never a value the
+    engine sent; the details go to the log."""
+
+    status = 502
+    code = "engine_error"
 
 
 class EngineTimeout(EngineError):

@@ -14,19 +14,20 @@ from typing import Any, TypeVar
 import anyio
 import httpx
 import orjson
-from pydantic import ValidationError
 
 from engine.access import EngineIds, auth_headers, key_refused
 from engine.errors import (
     EngineError,
     EngineOverloaded,
+    EngineProtocolError,
     EngineShutDown,
     EngineTimeout,
     EngineUnavailable,
     InvalidGenerateRequest,
 )
-from engine.interface import ChoiceDelta, Engine, EngineHealth, EngineOutput, EngineStream, IteratorStream
-from engine.protocol import GenerateRequest, GenerateResponse, GenerateStreamResponse, TokenLogprob, UsageInfo
+from engine.inbound import Expect, Malformed, protocol_error, safe_param
+from engine.interface import Engine, EngineHealth, EngineOutput, EngineStream, IteratorStream
+from engine.protocol import GenerateRequest, UsageInfo
 
 log = logging.getLogger("tokenwire.remote")
 
@@ -40,8 +41,10 @@ _E = TypeVar("_E", bound=EngineError)
 class RemoteEngine(Engine):
     def __init__(self, base_url: str, *, model_name: str, max_model_len: int, connect_timeout: float = 5.0,
                  read_timeout: float = 300.0, abort_timeout: float = 5.0, max_connections: int = 1024,
-                 transport: httpx.AsyncBaseTransport | None = None, api_key: str | None = None) -> None:
+                 transport: httpx.AsyncBaseTransport | None = None, api_key: str | None = None,
+                 vocab_size: int | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.vocab_size = vocab_size  # the bound on the token ids the engine may send (engine/inbound.py)
         self.api_key = api_key  # --engine-api-key: a bearer token on every request to the engine
         self.model_name = model_name
         self.max_model_len = max_model_len
@@ -90,6 +93,7 @@ class RemoteEngine(Engine):
                     stream_options={**(body.get("stream_options") or {}), "include_usage": True})
         body["sampling_params"]["output_kind"] = 1  # DELTA: each event carries that step's new tokens
         n = request.sampling_params.n
+        expect = Expect(request, max_model_len=self.max_model_len, vocab_size=self.vocab_size)
         started = finished = False
         self._in_flight.setdefault(rid, set()).add(wire)
         try:
@@ -98,10 +102,10 @@ class RemoteEngine(Engine):
                 started = True
                 ctype = response.headers.get("content-type", "")
                 if "text/event-stream" not in ctype:
-                    yield self._from_json(await self._read(response), rid)
+                    yield self._from_json(await self._read(response, limit=expect.message_bytes()), rid, expect)
                     finished = True
                     return
-                async for out in self._from_sse(response, rid, n):
+                async for out in self._from_sse(response, rid, n, expect):
                     finished = finished or out.finished
                     yield out
                 if not finished:
@@ -142,25 +146,29 @@ class RemoteEngine(Engine):
         if status == 200:
             return
         body = await self._read(response, limit=65536)
-        message = _error_message(body)
         if status in (401, 403):
             raise self._logged(key_refused(status, key_sent=bool(self.api_key)))
-        if status == 400:
-            raise InvalidGenerateRequest(message or "The remote engine rejected the request.",
-                                         param=_error_param(body))
+        # The engine's message is for the operator (it may name internal hosts): logged, never passed on.
+        log.warning("remote engine %s answered HTTP %s: %r", self.base_url, status, _error_message(body))
+        if status in (400, 422):
+            raise InvalidGenerateRequest(f"The remote engine refused the request as invalid (HTTP {status}).",
+                                         param=safe_param(_error_param(body)))
         if status == 404:
-            raise self._logged(EngineUnavailable(f"The remote engine does not serve this request "
-                                                 f"(HTTP 404{': ' + message if message else ''})."))
+            raise EngineUnavailable("The remote engine does not serve this request (HTTP 404).")
         if status in (429, 503):
-            raise EngineOverloaded(message or "The remote engine is overloaded; retry later.")
-        raise self._logged(EngineUnavailable(f"The remote engine failed (HTTP {status})."))
+            raise EngineOverloaded("The remote engine is overloaded; retry later.")
+        raise EngineUnavailable(f"The remote engine failed (HTTP {status}).")
 
-    async def _read(self, response: httpx.Response, limit: int = 64 * 1024 * 1024) -> bytes:
+    async def _read(self, response: httpx.Response, limit: int) -> bytes:
+        """The body, up to ``limit`` bytes (an error body is cut there; a generate answer past its
+        request's bound, engine/inbound.py, is refused before the rest is read)."""
         data = bytearray()
         try:
             async for part in response.aiter_bytes():
                 data += part
                 if len(data) > limit:
+                    if response.status_code == 200:
+                        raise self._garbage("an answer larger than the request may receive")
                     break
         except httpx.HTTPError as exc:
             raise self._transport_error(exc) from None
@@ -178,8 +186,8 @@ class RemoteEngine(Engine):
             return self._logged(EngineUnavailable("Cannot reach the remote engine (connection failed)."))
         return self._logged(EngineUnavailable(f"The connection to the remote engine failed ({_describe(exc)})."))
 
-    def _garbage(self, what: str) -> EngineUnavailable:
-        return self._logged(EngineUnavailable(f"The remote engine sent an invalid answer: {what}."))
+    def _garbage(self, what: str) -> EngineProtocolError:
+        return self._logged(protocol_error(what))
 
     def _logged(self, err: _E) -> _E:
         """Clients are told what failed, not where: the engine's address is internal and goes to the log."""
@@ -203,29 +211,35 @@ class RemoteEngine(Engine):
                     return
 
     # --- decoding answers ------------------------------------------------------------------
-    async def _from_sse(self, response: httpx.Response, rid: str, n: int) -> AsyncIterator[EngineOutput]:
+    async def _from_sse(self, response: httpx.Response, rid: str, n: int,
+                        expect: Expect) -> AsyncIterator[EngineOutput]:
         done_choices: set[int] = set()
         held: EngineOutput | None = None  # the output that finished every choice, until the usage
         completion = 0
         prompt_tokens: int | None = None
         try:
-            async for data in _sse_data(response):
-                if data == "[DONE]":
+            async for data in self._sse_data(response, expect.message_bytes()):
+                if data == b"[DONE]":
                     break
-                chunk = self._parse_chunk(data)
-                if chunk is None:  # an error event from the remote
-                    raise self._remote_stream_error(data)
-                if chunk.usage is not None and not chunk.choices:
-                    prompt_tokens = chunk.usage.prompt_tokens
+                obj = self._parse_event(data)
+                if "error" in obj and "choices" not in obj:  # an error event from the remote
+                    raise self._remote_stream_error(obj)
+                try:
+                    choices = expect.choices(obj["choices"])
+                    usage = expect.usage(obj.get("usage"))
+                except Malformed as exc:
+                    raise self._garbage(str(exc)) from None
+                if usage is not None and not choices:
+                    prompt_tokens = usage.prompt_tokens
                     if held is not None:
-                        held.usage = chunk.usage
+                        held.usage = usage
                     continue
-                out = EngineOutput(rid, [self._delta(c) for c in chunk.choices])
+                out = EngineOutput(rid, choices)
                 completion += sum(len(c.token_ids) for c in out.choices)
                 done_choices |= {c.index for c in out.choices if c.finish_reason is not None}
                 if len(done_choices) >= n:
                     held = out
-                    held.usage = chunk.usage
+                    held.usage = usage
                     continue
                 yield out
         except httpx.HTTPError as exc:
@@ -237,38 +251,73 @@ class RemoteEngine(Engine):
             held.usage = UsageInfo.of(prompt_tokens or 0, completion)
         yield held
 
-    def _parse_chunk(self, data: str) -> GenerateStreamResponse | None:
+    async def _sse_data(self, response: httpx.Response, limit: int) -> AsyncIterator[bytes]:
+        """The ``data`` of each server-sent event (multi-line data joined with newlines). An event
+        past ``limit`` bytes (its request's bound, engine/inbound.py) is refused before the rest of
+        it is read, and a stream that brings no event for ``read_timeout`` (only comments, say) is
+        a timeout as a silent one is: keepalives are not progress."""
+        clock = anyio.current_time
+        heard = clock()
+        buf = bytearray()
+        lines: list[bytes] = []
+        size = 0
+        async for part in response.aiter_bytes():
+            buf += part
+            start = 0
+            while (end := buf.find(b"\n", start)) >= 0:
+                line = bytes(buf[start:end])
+                start = end + 1
+                if line.endswith(b"\r"):
+                    line = line[:-1]
+                if not line:
+                    if lines:
+                        yield b"\n".join(lines)
+                        lines, size, heard = [], 0, clock()
+                    continue
+                if line.startswith(b":"):
+                    continue
+                name, _, value = line.partition(b":")
+                if name == b"data":
+                    lines.append(value[1:] if value.startswith(b" ") else value)
+                    size += len(value)
+            del buf[:start]
+            if size + len(buf) > limit:
+                raise self._garbage("an SSE event larger than the request may receive")
+            if clock() - heard > self.read_timeout:
+                raise self._logged(EngineTimeout(f"The remote engine did not answer within {self.read_timeout:g} s."))
+        if buf.strip() and buf.startswith(b"data:"):
+            lines.append(bytes(buf[5:]).lstrip(b" ").rstrip(b"\r"))
+        if lines:
+            yield b"\n".join(lines)
+
+    def _parse_event(self, data: bytes) -> dict[str, Any]:
         try:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise self._garbage("an SSE event that is not JSON") from None
-        if isinstance(obj, dict) and "error" in obj and "choices" not in obj:
-            return None
+        if not isinstance(obj, dict) or ("choices" not in obj and "error" not in obj):
+            raise self._garbage("an SSE event that is not a generate stream chunk")
+        result: dict[str, Any] = _modern_logprobs(obj)
+        return result
+
+    def _remote_stream_error(self, obj: dict[str, Any]) -> EngineError:
+        log.warning("remote engine %s failed mid-stream: %r", self.base_url, _error_message(orjson.dumps(obj)))
+        return EngineUnavailable("The remote engine failed mid-stream.")
+
+    def _from_json(self, body: bytes, rid: str, expect: Expect) -> EngineOutput:
         try:
-            return GenerateStreamResponse.model_validate(_modern_logprobs(obj))
-        except ValidationError:
-            raise self._garbage("an SSE event that is not a generate stream chunk") from None
-
-    def _remote_stream_error(self, data: str) -> EngineError:
-        message = _error_message(data.encode())
-        return EngineUnavailable(f"The remote engine failed mid-stream{': ' + message if message else ''}.")
-
-    def _from_json(self, body: bytes, rid: str) -> EngineOutput:
+            obj = orjson.loads(body)
+        except orjson.JSONDecodeError:
+            obj = None
+        if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
+            raise self._garbage("a body that is neither an SSE stream nor a generate response")
         try:
-            resp = GenerateResponse.model_validate(_modern_logprobs(orjson.loads(body)))
-        except (orjson.JSONDecodeError, ValidationError):
-            raise self._garbage("a body that is neither an SSE stream nor a generate response") from None
-        choices = [self._delta(c) for c in resp.choices]
-        usage = resp.usage or UsageInfo.of(0, sum(len(c.token_ids) for c in choices))
-        return EngineOutput(rid, choices, finished=True, usage=usage)
-
-    @staticmethod
-    def _delta(choice: Any) -> ChoiceDelta:
-        logprobs: list[TokenLogprob] | None = None
-        if choice.logprobs is not None:
-            logprobs = list(choice.logprobs.content)
-        return ChoiceDelta(choice.index, list(choice.token_ids or []), logprobs, choice.finish_reason,
-                           choice.stop_reason)
+            choices = expect.choices(_modern_logprobs(obj)["choices"])
+            usage = expect.usage(obj.get("usage"))
+        except Malformed as exc:
+            raise self._garbage(str(exc)) from None
+        return EngineOutput(rid, choices, finished=True,
+                            usage=usage or UsageInfo.of(0, sum(len(c.token_ids) for c in choices)))
 
 
 class _Call:
@@ -293,24 +342,6 @@ class _Call:
         if self.response is not None:
             with anyio.CancelScope(shield=True):
                 await self.response.aclose()
-
-
-async def _sse_data(response: httpx.Response) -> AsyncIterator[str]:
-    """The ``data`` of each server-sent event (multi-line data joined with newlines)."""
-    lines: list[str] = []
-    async for line in response.aiter_lines():
-        if not line:
-            if lines:
-                yield "\n".join(lines)
-                lines = []
-            continue
-        if line.startswith(":"):
-            continue
-        field, _, value = line.partition(":")
-        if field == "data":
-            lines.append(value[1:] if value.startswith(" ") else value)
-    if lines:
-        yield "\n".join(lines)
 
 
 def _modern_logprobs(obj: Any) -> Any:

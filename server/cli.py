@@ -143,8 +143,8 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                         "ws:// links and http:// requests): one of the engine's --api-key values (env "
                         "TOKENWIRE_ENGINE_API_KEY; default: none, for an engine that runs without a key)")
     p.add_argument("--engine-timeout", type=_number(0, strict=True), default=300.0,
-                   help="seconds a remote engine (--engine-url) may go without answering before the request "
-                        "fails with 504 (default 300)")
+                   help="seconds a remote engine (--engine-url, http:// or ws://) may send nothing for a "
+                        "request before that request fails with 504 (default 300)")
     p.add_argument("--enable-scale-out", action="store_true",
                    help="expose the scale-out endpoints (same as TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS=1)")
     p.add_argument("--allowed-origin", action="append", default=None,

@@ -138,11 +138,12 @@ def create_engine(settings: Settings, max_model_len: int) -> Engine | None:
     if settings.engine_url and settings.engine_url.startswith(("ws://", "wss://")):
         # tokenwire's session protocol: many requests per socket
         return LinkEngine(settings.engine_url, model_name=settings.served_model_name, max_model_len=max_model_len,
-                          api_key=settings.engine_api_key)
+                          api_key=settings.engine_api_key, read_timeout=settings.engine_timeout,
+                          vocab_size=model_vocab_size(settings.model_dir))
     if settings.engine_url:
         return RemoteEngine(settings.engine_url, model_name=settings.served_model_name,
                             max_model_len=max_model_len, read_timeout=settings.engine_timeout,
-                            api_key=settings.engine_api_key)
+                            api_key=settings.engine_api_key, vocab_size=model_vocab_size(settings.model_dir))
     if settings.needs_local_engine:
         from engine.local import LocalEngine  # the only place the server pulls in torch
 

@@ -28,6 +28,7 @@ STATUS_OF: dict[str, int] = {
     "cancelled": 499,
     "internal_error": 500,
     "engine_unavailable": 502,
+    "engine_error": 502,
     "overloaded": 503,
     "engine_timeout": 504,
     "shutting_down": 503,

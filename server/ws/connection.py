@@ -18,7 +18,7 @@ import anyio.abc
 import anyio.to_thread
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
-from engine.errors import EngineShutDown
+from engine.errors import EngineProtocolError, EngineShutDown
 from server import metrics
 from server.errors import to_api_error
 from server.limits import Limiter, admitted, resume_weight
@@ -57,6 +57,8 @@ def error_info(exc: BaseException) -> ErrorInfo:
     err = to_api_error(exc)
     if isinstance(exc, EngineShutDown):
         return ErrorInfo("shutting_down", err.message, status=err.status)
+    if isinstance(exc, EngineProtocolError):  # a bad engine, not an unreachable one (engine/inbound.py)
+        return ErrorInfo("engine_error", err.message, status=err.status)
     if isinstance(exc, StateError):
         return ErrorInfo("bad_state", err.message, status=err.status, param=err.param, reason=exc.reason)
     if err.status == 404 and err.param == "model":

@@ -78,8 +78,8 @@ def ws_chat(srv: ServerProcess, chat: dict[str, Any]) -> tuple[list[dict[str, An
 # fault → (HTTP status, WebSocket error code, words of the message); "mid" faults fail after a first event
 FAULTS = {
     "status_500": (502, "engine_unavailable", "failed (HTTP 500)"),
-    "garbage": (502, "engine_unavailable", "invalid answer"),
-    "wrong_shape": (502, "engine_unavailable", "invalid answer"),
+    "garbage": (502, "engine_error", "invalid answer"),  # a bad engine, not an unreachable one
+    "wrong_shape": (502, "engine_error", "invalid answer"),
     "hang": (504, "engine_timeout", f"did not answer within {ENGINE_TIMEOUT} s"),
     "hang_mid_stream": (504, "engine_timeout", f"did not answer within {ENGINE_TIMEOUT} s"),
     "die_mid_stream": (502, "engine_unavailable", "remote engine"),

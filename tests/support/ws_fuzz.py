@@ -31,7 +31,7 @@ SERVER_FRAMES = frozenset({
 ERROR_CODES = frozenset({
     "invalid_frame", "unknown_type", "duplicate_id", "unknown_id", "not_enabled", "too_many_requests",
     "model_not_found", "bad_state", "invalid_request", "not_found", "too_large", "cancelled", "engine_unavailable",
-    "overloaded", "engine_timeout", "rate_limited", "shutting_down", "session_closed"})
+    "engine_error", "overloaded", "engine_timeout", "rate_limited", "shutting_down", "session_closed"})
 CLOSE_REASONS = frozenset({
     "frame is not a JSON object", "frame has no string 'type'", "binary frames are not supported",
     "frame is not valid JSON", "too many invalid frames", "frame exceeds max_frame_bytes"})
