@@ -1,20 +1,8 @@
-"""How often one resume checkpoint may be used (issue 39 item 5).
-
-A checkpoint is client-carried and signed (``session/state.py``), so any replica that shares the
-``--state-secret`` accepts it, and nothing the client sends can be consumed. Two bounds:
-
-- **Expiry, across replicas.** A checkpoint carries the time it was issued (``x``, Unix seconds,
-  under its signature); a resume more than :data:`RESUME_WINDOW_S` later is refused (``bad_state``
-  ``expired``). It needs the replicas' clocks to agree (NTP) to within a small part of the window.
-- **A per-checkpoint budget, per replica.** :class:`ResumeBudget` remembers each checkpoint
-  resumed here (by its signature) until it expires, and refuses the
-  :data:`RESUMES_PER_CHECKPOINT` + 1st resume of one (``bad_state`` ``replayed``). The memory is
-  bounded: at most :data:`MAX_REMEMBERED` checkpoints, the oldest forgotten first. So within its
-  window one checkpoint starts at most ``RESUMES_PER_CHECKPOINT × replicas`` streams, while fewer
-  than ``MAX_REMEMBERED`` other checkpoints were resumed on each replica meanwhile.
-
-What each resumed stream costs, and what the rate limits charge for it: docs/reliability.md,
-"Resumed streams".
+"""How often one resume checkpoint may start a stream (issue 39 item 5): an expiry every replica
+enforces (the checkpoint's issue time ``x`` is under its signature: :data:`RESUME_WINDOW_S`) and a
+budget per checkpoint on each replica (:class:`ResumeBudget`: :data:`RESUMES_PER_CHECKPOINT`, in
+at most :data:`MAX_REMEMBERED` entries), since a client-carried checkpoint cannot be consumed. The
+bounds and what a resumed stream costs: docs/reliability.md, "Resumed streams".
 """
 
 from __future__ import annotations
