@@ -102,6 +102,10 @@ def _chat_request(s: Schema) -> None:
     _prop(s, "use_beam_search", _only_false)
 
 
+def _tokenize_chat_request(s: Schema) -> None:
+    _prop(s, "chat_template", _only_null("Refused: this server does not trust request chat templates."))
+
+
 def _messages_request(s: Schema) -> None:
     _prop(s, "messages", _non_empty)  # the same rule for Anthropic bodies
 
@@ -129,6 +133,7 @@ def _generate_stream_response(s: Schema) -> None:
 REFINEMENTS: dict[str, Callable[[Schema], None]] = {
     "ChatCompletionRequest": _chat_request,
     "MessagesRequest": _messages_request,
+    "TokenizeChatRequest": _tokenize_chat_request,
     "CompletionRequest": _completion_request,
     "DerenderCompletionRequest": _derender_completion_request,
     "GenerateStreamResponse": _generate_stream_response,

@@ -20,7 +20,7 @@ from schemathesis.core.failures import Failure
 
 # The fields whose semantic rules may refuse a schema-valid body (with a 400 naming them).
 SEMANTIC_PARAMS = frozenset((
-    "token_ids", "prompt", "messages", "max_tokens", "max_completion_tokens", "min_tokens", "sampling_params",
+    "token_ids", "tokens", "prompt", "messages", "max_tokens", "max_completion_tokens", "min_tokens", "sampling_params",
     "logit_bias", "allowed_token_ids", "stop_token_ids", "bad_words", "top_logprobs", "logprobs",
     "prompt_logprobs", "n", "best_of", "tool_choice", "tools", "truncate_prompt_tokens", "response_format",
     "structured_outputs", "generate_chunk", "generate_response", "generate_responses", "prompt_token_ids",
