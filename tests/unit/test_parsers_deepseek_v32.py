@@ -13,13 +13,14 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
-from session.parsers.base import ParserContext
+from session.parsers.base import ParsedDelta, ParserContext, ToolCallDelta
 from session.parsers.errors import MalformedSnapshot
 from session.parsers.reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningParser
 from session.parsers.tool.deepseek_v32 import HOLD, DeepSeekV32ToolParser
+from session.parsers.tool.json_stream import is_plain
 from session.parsers.tool.schema_values import always_string, coerce, fit, types_of
 
-from .parsers_harness import Split, one_shot, random_splits, split_at, streamed
+from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
 P = DeepSeekV32ToolParser
 D = "｜DSML｜"
@@ -225,6 +226,67 @@ def test_long_values_are_decided_at_the_hold_bound_the_same_way_at_any_split() -
     assert want.calls == (("search", json.dumps({"filters": json.loads(long_json), "query": "x" * (HOLD + 5)})),)
     for chunks in random_splits(text, seed=3):
         assert streamed(P, chunks, CTX) == want
+
+
+# -- the derenderer's argument shortcut (plain_args_call) ------------------------------------------
+
+SERIAL = ParserContext(tools=TOOLS, parallel_tool_calls=False)
+
+
+def _skipping(parser: DeepSeekV32ToolParser, chunks: list[str]) -> Split:
+    """Feed ``chunks`` as the derenderer does: a chunk the args shortcut covers is not fed (nor is
+    an empty one)."""
+    out: list[ParsedDelta] = []
+    for chunk in chunks:
+        call = parser.plain_args_call()
+        if not chunk:
+            continue
+        if call is not None and is_plain(chunk) and parser.plain_args_guard() not in chunk:
+            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
+        else:
+            out.append(parser.feed(chunk))
+    out.append(parser.finish())
+    return fold(out)
+
+
+@pytest.mark.parametrize("ctx", [CTX, SERIAL, ParserContext()], ids=["auto", "serial", "no_tools"])
+def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(ctx: ParserContext) -> None:
+    head = [f"<{D}function_calls>\n", f'<{D}invoke name="write_file">\n', f'<{D}parameter name="content" string="true">',
+            "Once"]
+    string = [" upon", " a < b", " time", ' "q"', "\n", " 東京 😀", "\\", f"</{D}parameter>\n", f"</{D}invoke>\n"]
+    # a string inside a JSON value long enough to stream (past HOLD), in a second call
+    json_head = [f'<{D}invoke name="search">\n', f'<{D}parameter name="filters" string="false">', '{"note": "',
+                 "x" * (HOLD + 1)]
+    json_rest = [" and", " y", ' "z"', " <", "b", '"}', f"</{D}parameter>", f"</{D}invoke>", f"</{D}function_calls>"]
+    parser = P(ctx)
+    for chunk in head:
+        parser.feed(chunk)
+    assert parser.plain_args_call() == 0
+    assert parser.plain_args_guard() == "<"
+    for chunk in string + json_head:
+        parser.feed(chunk)
+    assert parser.plain_args_call() == (None if ctx is SERIAL else 1)  # only a call that is reported
+    chunks = head + string + json_head + json_rest
+    want = one_shot(P, "".join(chunks), ctx)
+    assert len(want.calls) == (1 if ctx is SERIAL else 2)
+    assert _skipping(P(ctx), chunks) == want
+
+
+# heads that leave the parser in each kind of value: a string="true" string, a held typed value, a
+# JSON value inside its string, nothing open
+SHORTCUT_HEADS = ["", f'<{D}invoke name="get_weather">\n<{D}parameter name="city" string="true">Par',
+                  f'<{D}invoke name="search">\n<{D}parameter name="limit" string="false">1',
+                  f'<{D}invoke name="search">\n<{D}parameter name="tags" string="false">["' + "t" * HOLD]
+
+
+@settings(max_examples=300, deadline=None)
+@given(head=st.sampled_from(SHORTCUT_HEADS), text=st.lists(st.sampled_from([*FRAGMENTS, "plain words", "a"]),
+                                                           max_size=30).map("".join), data=st.data())
+def test_skipping_what_the_args_shortcut_covers_splits_as_feeding(head: str, text: str, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=20))
+    chunks = [head, *split_at(text, cuts)]
+    for ctx in (CTX, SERIAL):
+        assert _skipping(P(ctx), chunks) == one_shot(P, head + text, ctx)
 
 
 # -- schema fitting, as vLLM's coerce_to_schema_type / _coerce_value ---------------------------

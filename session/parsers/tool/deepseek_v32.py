@@ -21,7 +21,7 @@ from typing import Any
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
-from .json_stream import JSON_WS, JsonValueStreamer, dumps, is_plain, string_body
+from .json_stream import JSON_WS, JsonValueStreamer, dumps, string_body
 from .schema_values import always_string, fit, fit_members, may_be_container, properties_of, types_of
 from .streaming import StreamingToolParser
 
@@ -184,6 +184,22 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             return "<"
         return None
 
+    def plain_args_call(self) -> int | None:
+        # Inside a string value with nothing held (a ``string="true"`` one, or a string inside a
+        # streamed JSON value): every tag that can end it starts with "<", so a plain text without
+        # "<" is exactly the value's next JSON text and changes no state.
+        if self._buf or self._mode != "args" or self._sub != "v":
+            return None
+        if self._vmode != "S":
+            js = self._json
+            if self._vmode != "J" or js is None or not js.in_plain_string or js.failed:
+                return None
+        index = self._calls - 1
+        return index if self._kept(index) else None
+
+    def plain_args_guard(self) -> str:
+        return "<"
+
     # -- the schema ----------------------------------------------------------------------------
     def _props(self, name: str) -> dict[str, Any]:
         return properties_of(self.ctx.tools, name) if self.ctx.tools else {}
@@ -208,8 +224,8 @@ class DeepSeekV32ToolParser(StreamingToolParser):
     # -- the state machine ---------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> None:
         if (self._mode == "args" and self._sub == "v" and self._vmode == "S" and not self._buf and text
-                and "<" not in text and is_plain(text)):
-            self.add_args(text)  # inside a string value: the text is its JSON text
+                and "<" not in text):
+            self.add_args(string_body(text))  # inside a string value, no tag can start here
             return
         buf, self._buf = self._buf + text, ""
         i, n = 0, len(buf)
