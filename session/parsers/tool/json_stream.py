@@ -68,6 +68,14 @@ def is_plain(text: str) -> bool:
     return _PLAIN_RUN.fullmatch(text) is not None
 
 
+def is_plain_without(text: str, guard: str | re.Pattern[str]) -> bool:
+    """The test of the arguments shortcut (``ToolParser.plain_args_guard``): :func:`is_plain` holds
+    and ``text`` holds no ``guard`` (a character, or a compiled pattern with no match in it)."""
+    if not is_plain(text):
+        return False
+    return guard not in text if isinstance(guard, str) else guard.search(text) is None
+
+
 def dumps(value: Any) -> str:
     """``json.dumps(value, ensure_ascii=False)`` with any lone surrogate left escaped (see
     :func:`_esc`): the JSON text a parser writes for a whole value."""
