@@ -15,8 +15,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot
-from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolParser
+from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
 from session.parsers.reasoning.minimax_m2 import MiniMaxM2AppendThinkReasoningParser, MiniMaxM2ReasoningParser
+from session.parsers.tool.json_stream import is_plain
 from session.parsers.tool.minimax_m2 import MinimaxM2ToolParser
 from session.parsers.tool.schema_values import coerce, types_of
 
@@ -340,6 +341,97 @@ def test_chained_streams_like_one_shot(text: str, data: st.DataObject) -> None:
     case = {"request": {"tools": list(TOOLS)}, "flags": {"reasoning_parser": "minimax_m2"}}
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=30))
     assert _chain(case, split_at(text, cuts)) == _chain(case, [text])
+
+
+# -- the derenderer's argument shortcut (plain_args_call) -----------------------------------------
+def _skipping(parser: MinimaxM2ToolParser, chunks: list[str]) -> Split:
+    """Feed ``chunks`` as the derenderer does: a chunk the args shortcut covers is not fed (nor is
+    an empty one)."""
+    out: list[ParsedDelta] = []
+    for chunk in chunks:
+        call = parser.plain_args_call()
+        if not chunk:
+            continue
+        if call is not None and is_plain(chunk) and parser.plain_args_guard() not in chunk:
+            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
+        else:
+            out.append(parser.feed(chunk))
+    out.append(parser.finish())
+    return fold(out)
+
+
+@pytest.mark.parametrize("ctx", CONTEXTS, ids=["auto", "none", "no_tools", "serial"])
+def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(ctx: ParserContext) -> None:
+    head = ["<minimax:tool_call>\n", '<invoke name="write_file">\n', '<parameter name="content">', "Once"]
+    string = [" upon", " a < b", " time", ' "q"', "\n", " 東京 😀", "\\", " </para", "meter>\n", "</invoke>\n"]
+    second = ['<invoke name="search">', '<parameter name="query">', "rain", " in", " Paris", "</parameter>",
+              "</invoke>", "</minimax:tool_call>"]
+    parser = P(ctx)
+    for chunk in head:
+        parser.feed(chunk)
+    reported = ctx in (CTX, SERIAL)  # tool_choice "none" and no tools: calls are read, not reported
+    assert parser.plain_args_call() == (0 if reported else None)
+    assert parser.plain_args_guard() == "<"
+    for chunk in string + second[:3]:
+        parser.feed(chunk)
+    assert parser.plain_args_call() == (1 if ctx is CTX else None)  # serial: the second call is not reported
+    chunks = head + string + second
+    want = one_shot(P, "".join(chunks), ctx)
+    assert len(want.calls) == {id(CTX): 2, id(SERIAL): 1}.get(id(ctx), 0)
+    assert _skipping(P(ctx), chunks) == want
+
+
+# heads that leave the parser in a string value, inside its closing tag (a partial terminal, or a
+# lenient one the value reader holds), in a typed value, in a name
+SHORTCUT_HEADS = ["", '<minimax:tool_call>\n<invoke name="write_file">\n<parameter name="content">Hel',
+                  '<invoke name="write_file"><parameter name="content">a </para',
+                  '<invoke name="write_file"><parameter name="content">a < / ',
+                  '<invoke name="get_weather"><parameter name="days">1', '<invoke name="get_wea']
+
+
+@settings(max_examples=300, deadline=None)
+@given(head=st.sampled_from(SHORTCUT_HEADS), text=st.lists(st.sampled_from([*FRAGMENTS, "plain words", "a"]),
+                                                           max_size=30).map("".join), data=st.data())
+def test_skipping_what_the_args_shortcut_covers_splits_as_feeding(head: str, text: str, data: st.DataObject) -> None:
+    cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=20))
+    chunks = [head, *split_at(text, cuts)]
+    for ctx in CONTEXTS:
+        assert _skipping(P(ctx), chunks) == one_shot(P, head + text, ctx)
+
+
+def test_past_the_reasoning_a_text_without_lt_is_content_as_it_is() -> None:
+    """The reasoning parser's content shortcut (plain_content_guard), which lets the derenderer
+    reach the tool parser's argument shortcut behind it."""
+    parser = R(CTX)
+    assert parser.plain_content_guard() is None  # reasoning: its trailing whitespace is held
+    parser.feed("Easy.</think>")
+    assert parser.plain_content_guard() == "<" and not parser.passthrough
+    parser.feed("a </thi")
+    assert parser.plain_content_guard() is None  # a partial </think> is held
+    parser.feed("nk>b")
+    assert parser.plain_content_guard() == "<"
+
+
+@settings(max_examples=200, deadline=None)
+@given(chunks=st.lists(texts, max_size=6), plain=st.sampled_from(["plain words", " 東京 😀", ' say "hi"\n', "\n\n"]))
+def test_a_text_the_content_shortcut_covers_feeds_as_content_and_changes_nothing(chunks: list[str],
+                                                                                 plain: str) -> None:
+    parser = R(CTX)
+    offered = 0
+    for chunk in [*chunks, ""]:
+        parser.feed(chunk)
+        guard = parser.plain_content_guard()
+        if guard is None:
+            continue
+        assert guard == "<"
+        offered += 1
+        twin = R.restore(CTX, json.loads(json.dumps(parser.snapshot())))
+        before = twin.snapshot()
+        got = twin.feed(plain)
+        assert (got.content, got.reasoning) == (plain, "")
+        assert twin.snapshot() == before
+    if "</think>" in "".join(chunks) and not parser.snapshot()["b"]:
+        assert offered
 
 
 # -- conversions ----------------------------------------------------------------------------------

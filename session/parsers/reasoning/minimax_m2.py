@@ -38,6 +38,11 @@ class MiniMaxM2ReasoningParser(ModalReasoningParser):
     def _load(self, state: dict[str, Any]) -> None:
         self._ws = unpack_space(state["w"])
 
+    def plain_content_guard(self) -> str | None:
+        # Past the reasoning only "</think>" is still taken out of the content: a text without "<"
+        # is content as it is.
+        return "<" if self._mode == "content" and not self._buf else None
+
     def _reasoning(self, parts: list[str], text: str) -> None:
         """Reasoning text, its trailing whitespace held back until more reasoning follows."""
         sent, self._ws = hold_trailing_space(self._ws, text)

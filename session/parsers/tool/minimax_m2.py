@@ -175,6 +175,16 @@ class MinimaxM2ToolParser(StreamingToolParser):
             self._fname, self._func, self._phase, self._held = str(fname), str(func), phase, str(held)
             self._key, self._raw, self._emitted, self._scan = str(key), str(raw), bool(emitted), bool(scan)
 
+    def plain_args_call(self) -> int | None:
+        # Inside a reported string value with nothing held: every terminal, closing tag and next
+        # opener starts with "<", so a plain text without "<" is exactly the value's next JSON text.
+        if self._buf or self._mode != "args" or self._phase != "str" or self._held:
+            return None
+        return self._calls - 1  # (values are read only in a call that is reported)
+
+    def plain_args_guard(self) -> str:
+        return "<"
+
     # -- lexing -----------------------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> None:
         if not self._buf and "<" not in text and not final:  # no terminal can start here
