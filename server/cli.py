@@ -25,12 +25,15 @@ from engine.local.threads import PLAN_ENV, resolve_plan
 from server.assets import ensure_default_model
 from server.assets.cli import main as assets_main
 from server.gating import GatingError, decide
+from server.generation_config import load_generation_defaults, parse_override
 from server.hosts import default_allowed_hosts
 from server.listener import bind
 from server.settings import Mode, Settings
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.auto import AUTO
 from session.parsers.auto import resolve as resolve_auto
+from session.protocol.generation_defaults import AUTO as GENERATION_AUTO
+from session.protocol.generation_defaults import VLLM, resolve
 from session.state import check_secret
 
 EXIT_USAGE = 2
@@ -116,6 +119,16 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="context length (default: from the model's config)")
     p.add_argument("--chat-template", default=None,
                    help="a Jinja chat template file (or template text) to use instead of the model's")
+    p.add_argument("--generation-config", default="auto", metavar="auto|vllm|DIR",
+                   help="where requests that leave temperature, top_p, top_k, min_p, repetition_penalty, "
+                        "presence_penalty, frequency_penalty or the output limit unset get their defaults, as "
+                        "vLLM's flag: auto (default) reads the model's generation_config.json (its "
+                        "max_new_tokens is the default output limit); vllm uses vLLM's own defaults; a folder "
+                        "reads that folder's generation_config.json, whose max_new_tokens then caps every "
+                        "request")
+    p.add_argument("--override-generation-config", type=_json_object, default=None, metavar="JSON",
+                   help='generation config values merged over --generation-config\'s, as vLLM\'s flag, e.g. '
+                        '\'{"temperature": 0.5}\' (null removes one); its max_new_tokens caps every request')
     p.add_argument("--tool-call-parser", default=None, type=_parser_name("tool call", TOOL_PARSERS), metavar="NAME",
                    help=f"tool-call parser, by vLLM's name, or auto (chosen from the model's chat template and "
                         f"config.json): {', '.join(sorted(TOOL_PARSERS))}")
@@ -227,6 +240,13 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _json_object(text: str) -> dict[str, object]:
+    try:
+        return parse_override(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("--override-generation-config ")) from None
+
+
 def _parser_name(kind: str, known: Mapping[str, object]) -> Callable[[str], str]:
     """An argparse type: a registered parser name or ``auto``, checked when the flags are parsed
     (a misspelt name is a usage error naming the valid ones, before any model loads)."""
@@ -309,6 +329,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         max_model_len=args.max_model_len,
         chat_template=template,
         tool_call_parser=tool_parser,
+        generation_config=args.generation_config,
+        override_generation_config=dict(args.override_generation_config or {}),
         reasoning_parser=reasoning_parser,
         enable_auto_tool_choice=args.enable_auto_tool_choice,
         api_keys=keys,
@@ -403,6 +425,11 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> s
         resolve_plan(environ.get(PLAN_ENV, ""))
     state_secrets(args, environ)
     engine_api_key(args, environ)
+    if args.generation_config not in (GENERATION_AUTO, VLLM):  # a folder without a generation config, or a bad value
+        load_generation_defaults(Path(args.generation_config), args.generation_config,
+                                 args.override_generation_config)
+    else:  # the model directory's own file is read with the model (the default model may not be built yet)
+        resolve(None, source=VLLM, override=args.override_generation_config)
     return bind(args.host, args.port, send_buffer=args.socket_send_buffer)
 
 

@@ -23,6 +23,7 @@ from starlette.requests import HTTPConnection
 from server import metrics
 from server.context import ServerContext, model_architectures, model_type, model_vocab_size
 from server.gating import RouteGroup
+from server.generation_config import load_generation_defaults, log_generation_defaults
 from server.limits import Limiter
 from server.pipeline import Pipeline
 from server.routing import Route
@@ -73,15 +74,18 @@ def build_services(ctx: ServerContext) -> Services:
 
 
 def build_renderer(ctx: ServerContext) -> Renderer:
-    """The model's tokenizer, its chat template or ``--chat-template``, the tool-choice flags, and
-    its image processor when the model takes images (it copies the tokenizer and compiles the
-    template: the first request does not pay for it)."""
+    """The model's tokenizer, its chat template or ``--chat-template``, the tool-choice flags, its
+    image processor when the model takes images (it copies the tokenizer and compiles the
+    template: the first request does not pay for it), and its sampling defaults
+    (``--generation-config``, logged in one line)."""
     s = ctx.settings
+    defaults = load_generation_defaults(s.model_dir, s.generation_config, s.override_generation_config)
+    log_generation_defaults(defaults)
     renderer = Renderer(ctx.tokenizer, model_name=ctx.model_name, max_model_len=ctx.max_model_len,
                         chat_template=s.chat_template, tool_call_parser=s.tool_call_parser,
                         enable_auto_tool_choice=s.enable_auto_tool_choice,
                         vision=Vision.load(s.model_dir, ctx.tokenizer), architectures=model_architectures(s.model_dir),
-                        harmony=harmony_render(ctx))
+                        harmony=harmony_render(ctx), generation_defaults=defaults)
     return metrics.time_methods(renderer, metrics.RENDER_SECONDS,  # type: ignore[no-any-return]
                                 ("render_chat", "render_completion", "render_messages"))
 

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 
 def package_version() -> str:
@@ -43,6 +44,10 @@ class Settings:
     max_model_len: int | None = None
     chat_template: str | None = None  # template text (the CLI reads --chat-template files)
     tool_call_parser: str | None = None
+    # sampling defaults (server/generation_config.py): "auto" (the model's generation_config.json),
+    # "vllm" (none) or a folder; the override is merged on top, as vLLM's flags of the same names
+    generation_config: str = "auto"
+    override_generation_config: dict[str, Any] = field(default_factory=dict)
     reasoning_parser: str | None = None
     enable_auto_tool_choice: bool = False
     api_keys: tuple[str, ...] = ()

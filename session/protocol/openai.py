@@ -8,7 +8,9 @@ field of the wrong type is a :class:`pydantic.ValidationError` whose location na
 Each request builds its own :class:`~engine.protocol.SamplingParams`
 (:meth:`ChatCompletionRequest.to_sampling_params`): the one place where the request → sampling
 mapping lives (``max_tokens`` vs ``max_completion_tokens``, ``logprobs``/``top_logprobs``,
-penalties, stop, seed, ``logit_bias``…).
+penalties, stop, seed, ``logit_bias``…); a sampling field the request leaves unset takes the
+model's default (:class:`~session.protocol.generation_defaults.GenerationDefaults`, handed in by
+the renderer), else vLLM's.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Annotated, Any
 from pydantic import Field, ValidationInfo, field_validator, model_validator
 
 from engine.protocol import RequestOutputKind, SamplingParams, StreamOptions
+from session.protocol.generation_defaults import NO_DEFAULTS, GenerationDefaults
 from session.protocol.openai_messages import (
     TOOL_CHOICE_USAGE,
     ChatMessage,
@@ -36,7 +39,6 @@ from session.protocol.openai_messages import (
 )
 from session.protocol.sampling import (
     logit_bias_of,
-    or_default,
     response_format_problem,
     structured_from_format,
     structured_outputs_problem,
@@ -75,8 +77,8 @@ class _SamplingFields(OpenModel):
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
-    presence_penalty: float | None = 0.0
-    frequency_penalty: float | None = 0.0
+    presence_penalty: float | None = None
+    frequency_penalty: float | None = None
     repetition_penalty: float | None = None
     logit_bias: dict[str, float] | None = None
     user: str | None = None
@@ -149,17 +151,19 @@ class _SamplingFields(OpenModel):
 
     def _sampling(self, *, max_tokens: int | None, logprobs: int | None, prompt_logprobs: int | None,
                   skip_special_tokens: bool | None = None,
-                  structured_outputs: dict[str, Any] | None = None) -> SamplingParams:
-        """The request → :class:`SamplingParams` mapping (vLLM's ``to_sampling_params``)."""
+                  structured_outputs: dict[str, Any] | None = None,
+                  defaults: GenerationDefaults = NO_DEFAULTS) -> SamplingParams:
+        """The request → :class:`SamplingParams` mapping (vLLM's ``to_sampling_params``): the
+        request's value, else the model's default, else vLLM's."""
         fields: dict[str, Any] = {
             "n": self.n,
-            "presence_penalty": or_default(self.presence_penalty, 0.0),
-            "frequency_penalty": or_default(self.frequency_penalty, 0.0),
-            "repetition_penalty": or_default(self.repetition_penalty, 1.0),
-            "temperature": or_default(self.temperature, 1.0),
-            "top_p": or_default(self.top_p, 1.0),
-            "top_k": or_default(self.top_k, 0),
-            "min_p": or_default(self.min_p, 0.0),
+            "presence_penalty": defaults.value("presence_penalty", self.presence_penalty),
+            "frequency_penalty": defaults.value("frequency_penalty", self.frequency_penalty),
+            "repetition_penalty": defaults.value("repetition_penalty", self.repetition_penalty),
+            "temperature": defaults.value("temperature", self.temperature),
+            "top_p": defaults.value("top_p", self.top_p),
+            "top_k": defaults.value("top_k", self.top_k),
+            "min_p": defaults.value("min_p", self.min_p),
             "seed": self.seed,
             "stop": self.stop,
             "stop_token_ids": self.stop_token_ids,
@@ -288,16 +292,18 @@ class ChatCompletionRequest(_SamplingFields):
         return bool(self.tools) and self.tool_choice != "none"
 
     def to_sampling_params(self, max_tokens: int | None, *, skip_special_tokens: bool | None = None,
-                           structured_outputs: dict[str, Any] | None = None) -> SamplingParams:
-        """Sampling params for this request; ``max_tokens`` is the value render settled on, and a
-        configured tool parser may force ``skip_special_tokens`` / ``structured_outputs``."""
+                           structured_outputs: dict[str, Any] | None = None,
+                           defaults: GenerationDefaults = NO_DEFAULTS) -> SamplingParams:
+        """Sampling params for this request; ``max_tokens`` is the value render settled on, a
+        configured tool parser may force ``skip_special_tokens`` / ``structured_outputs``, and
+        ``defaults`` fills the fields the request leaves unset."""
         prompt_logprobs = self.prompt_logprobs
         if prompt_logprobs is None and self.echo:
             prompt_logprobs = self.top_logprobs
         return self._sampling(max_tokens=max_tokens,
                               logprobs=self.top_logprobs if self.logprobs else None,
                               prompt_logprobs=prompt_logprobs, skip_special_tokens=skip_special_tokens,
-                              structured_outputs=structured_outputs)
+                              structured_outputs=structured_outputs, defaults=defaults)
 
 
 # --- completion ----------------------------------------------------------------------------
@@ -317,6 +323,14 @@ class CompletionRequest(_SamplingFields):
     suffix: str | None = None
     add_special_tokens: bool = True
     return_token_offsets: bool = False
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_max_tokens_is_the_default(cls, data: Any) -> Any:
+        """vLLM's ``normalize_null_max_tokens``: ``"max_tokens": null`` means 16, as when absent."""
+        if isinstance(data, dict) and "max_tokens" in data and data["max_tokens"] is None:
+            data = {**data, "max_tokens": cls.model_fields["max_tokens"].default}
+        return data
 
     @field_validator("prompt", mode="before")
     @classmethod
@@ -351,9 +365,10 @@ class CompletionRequest(_SamplingFields):
             return [p]  # type: ignore[list-item]
         return list(p)  # type: ignore[arg-type]
 
-    def to_sampling_params(self, max_tokens: int | None) -> SamplingParams:
+    def to_sampling_params(self, max_tokens: int | None,
+                           defaults: GenerationDefaults = NO_DEFAULTS) -> SamplingParams:
         prompt_logprobs = self.prompt_logprobs
         if prompt_logprobs is None and self.echo:
             prompt_logprobs = self.logprobs
         return self._sampling(max_tokens=max_tokens, logprobs=self.logprobs,
-                              prompt_logprobs=prompt_logprobs)
+                              prompt_logprobs=prompt_logprobs, defaults=defaults)

@@ -9,8 +9,10 @@
   prompt as leaves the requested output its whole budget (``max_model_len - max_tokens``); the
   prompt is cut from the left (the assistant mask and the token offsets are cut alike);
 - a prompt longer than the context is refused with the lengths; an empty prompt is refused;
-- ``max_tokens`` becomes ``min(requested, max_model_len - prompt_len)`` (all the room when
-  absent), and a prompt that fills the context, leaving no room at all, is refused with the lengths.
+- ``max_tokens`` becomes ``min(requested, max_model_len - prompt_len)`` (when absent: the model's
+  default output limit, else all the room; and never past the model's cap: vLLM's
+  ``get_max_tokens`` with the defaults of session/protocol/generation_defaults.py), and a prompt
+  that fills the context, leaving no room at all, is refused with the lengths.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from session.errors import RenderError
+from session.protocol.generation_defaults import NO_DEFAULTS, GenerationDefaults
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,9 +34,10 @@ class FittedPrompt:
 def fit_prompt(token_ids: list[int], *, max_model_len: int, requested_max_tokens: int | None,
                truncate_prompt_tokens: int | None, assistant_mask: list[int] | None = None,
                offsets: list[tuple[int, int]] | None = None, param: str = "messages",
-               max_tokens_param: str = "max_tokens") -> FittedPrompt:
+               max_tokens_param: str = "max_tokens", defaults: GenerationDefaults = NO_DEFAULTS) -> FittedPrompt:
     """``max_tokens_param`` is the request's own name for the output budget (``max_tokens``,
-    ``max_completion_tokens``), used in the messages that concern it."""
+    ``max_completion_tokens``), used in the messages that concern it; ``defaults`` gives the
+    output limit of a request that sets none, and the cap."""
     max_output = requested_max_tokens or 0
     if max_output > max_model_len:
         raise RenderError(
@@ -60,7 +64,7 @@ def fit_prompt(token_ids: list[int], *, max_model_len: int, requested_max_tokens
     if n == 0:
         raise RenderError("No token_ids rendered", param=param)
     room = max_model_len - n
-    max_tokens = room if requested_max_tokens is None else min(requested_max_tokens, room)
+    max_tokens = defaults.max_tokens(requested_max_tokens, room)
     if max_tokens < 1:
         raise RenderError(
             f"This model's maximum context length is {max_model_len} tokens and your prompt has {n} tokens, "

@@ -11,6 +11,11 @@ placeholder tokens expanded and their ``features`` attached; length
 rules (:mod:`session.render.limits`); sampling params from the request, with a configured tool
 parser keeping special tokens (and constraining ``required`` / named tool choice to a JSON
 schema); the assistant-token mask and token offsets when asked for.
+
+The sampling defaults of the model (``generation_config.json``, as vLLM's ``--generation-config``)
+are decided here, for every endpoint: :attr:`Renderer.generation_defaults` fills each field a
+request leaves unset (:meth:`Renderer.sampling_params`) and gives the output limit of a request
+that sets none (:meth:`Renderer.fit`); the rules are session/protocol/generation_defaults.py's.
 """
 
 from __future__ import annotations
@@ -25,13 +30,13 @@ from engine.structured import structured_outputs, unsupported_schema_feature
 from session.errors import ModelNotFound, RenderError
 from session.parsers import TOOL_PARSERS
 from session.protocol.anthropic import MessagesRequest
+from session.protocol.generation_defaults import NO_DEFAULTS, GenerationDefaults
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest, NamedToolChoice
 from session.render.anthropic import has_inline_system, keeps_inline_system, to_openai_chat
 from session.render.conversation import check_roles, conversation_of, developer_as_system, tool_dicts_of
 from session.render.deepseek_v32 import DeepSeekV32Encoder, function_dicts, uses_encoder
 from session.render.encoder import Encoder, assistant_mask
 from session.render.harmony import HarmonyRender
-from session.render.harmony_structured import constrained_tools, harmony_structured_outputs
 from session.render.images import ImageRef
 from session.render.limits import FittedPrompt, check_text_length, fit_mask, fit_prompt
 from session.render.template import ChatTemplate
@@ -102,7 +107,8 @@ class Renderer:
                  chat_template: str | None = None, tool_call_parser: str | None = None,
                  enable_auto_tool_choice: bool = False, trust_request_chat_template: bool = False,
                  vision: Vision | None = None, architectures: Sequence[str] = (),
-                 harmony: HarmonyRender | None = None) -> None:
+                 harmony: HarmonyRender | None = None,
+                 generation_defaults: GenerationDefaults = NO_DEFAULTS) -> None:
         if max_model_len < 1:
             raise ValueError(f"max_model_len must be positive, got {max_model_len}")
         self.tokenizer = tokenizer
@@ -117,6 +123,8 @@ class Renderer:
         self.chat_encoder = DeepSeekV32Encoder() if uses_encoder(architectures) else None
         # gpt-oss (config.json model_type gpt_oss): harmony messages instead of any template, as vLLM
         self.harmony = harmony
+        # the model's sampling defaults (generation_config.json), for every request this renders
+        self.generation_defaults = generation_defaults
         self.encoder = Encoder(tokenizer)
         self.max_chars_per_token = self.encoder.max_chars_per_token
         try:
@@ -147,9 +155,9 @@ class Renderer:
         self._check_tool_choice(req, names)
         prompt = self._chat_prompt(req, limits=True)
         ids, mask, offsets, features = prompt.token_ids, prompt.assistant_mask, prompt.offsets, prompt.features
-        fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
-                            truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
-                            offsets=offsets, param="messages", max_tokens_param=names.max_tokens(req))
+        fitted = self.fit(ids, requested_max_tokens=req.requested_max_tokens,
+                          truncate_prompt_tokens=req.truncate_prompt_tokens, assistant_mask=mask,
+                          offsets=offsets, param="messages", max_tokens_param=names.max_tokens(req))
         if features is not None and len(fitted.token_ids) != len(ids):
             raise RenderError(f"truncate_prompt_tokens={req.truncate_prompt_tokens} would cut a prompt of {len(ids)} "
                               "tokens that holds images (their placeholders must stay whole); raise it or send "
@@ -230,16 +238,14 @@ class Renderer:
     def _render_harmony(self, req: ChatCompletionRequest, harmony: HarmonyRender,
                         names: _FieldNames) -> GenerateRequest:
         """vLLM's gpt-oss path (session/render/harmony.py): no template and no tool-choice checks
-        (vLLM runs none for harmony); a structured-output constraint or a forced tool call becomes
-        vLLM's harmony structural tag (session/render/harmony_structured.py)."""
+        (vLLM runs none for harmony); the sampling params are the request's own (vLLM's harmony
+        grammar for forced tool calls is a structural tag, which tokenwire does not build: no
+        JSON-array constraint, which would break the harmony format)."""
         ids = harmony.ids(req)
-        fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.requested_max_tokens,
-                            truncate_prompt_tokens=req.truncate_prompt_tokens, param="messages",
-                            max_tokens_param=names.max_tokens(req))
-        structured = harmony_structured_outputs(req)
-        if structured is not None and structured.get("structural_tag") is not None:
-            _check_strict_tool_schemas(req, names)
-        params = req.to_sampling_params(fitted.max_tokens, structured_outputs=structured)
+        fitted = self.fit(ids, requested_max_tokens=req.requested_max_tokens,
+                          truncate_prompt_tokens=req.truncate_prompt_tokens, param="messages",
+                          max_tokens_param=names.max_tokens(req))
+        params = self.sampling_params(req, fitted.max_tokens)
         return self._generate_request(new_request_id("chatcmpl"), fitted, params, req)
 
     def render_completion(self, req: CompletionRequest) -> list[GenerateRequest]:
@@ -276,9 +282,9 @@ class Renderer:
                 if bad is not None:
                     raise RenderError(f"Token id {bad} is out of vocabulary (the tokenizer has {vocab} tokens).",
                                       param=param)
-            fitted = fit_prompt(ids, max_model_len=self.max_model_len, requested_max_tokens=req.max_tokens,
-                                truncate_prompt_tokens=req.truncate_prompt_tokens, offsets=offsets, param=param)
-            params = req.to_sampling_params(fitted.max_tokens)
+            fitted = self.fit(ids, requested_max_tokens=req.max_tokens,
+                              truncate_prompt_tokens=req.truncate_prompt_tokens, offsets=offsets, param=param)
+            params = self.sampling_params(req, fitted.max_tokens)
             request_id = base if len(prompts) == 1 else f"{base}-{i}"
             out.append(self._generate_request(request_id, fitted, params, req))
         return out
@@ -300,6 +306,26 @@ class Renderer:
         if self.harmony is None and self.chat_encoder is None and keeps_inline_system(self._template_for(chat)):
             return chat
         return to_openai_chat(req, merge_inline_system=True)
+
+    # --- the sampling decisions (the model's defaults) -----------------------------------------
+
+    def fit(self, token_ids: list[int], *, requested_max_tokens: int | None, truncate_prompt_tokens: int | None,
+            assistant_mask: list[int] | None = None, offsets: list[tuple[int, int]] | None = None,
+            param: str = "messages", max_tokens_param: str = "max_tokens") -> FittedPrompt:
+        """The length rules for a rendered prompt, with the model's default output limit and cap."""
+        return fit_prompt(token_ids, max_model_len=self.max_model_len, requested_max_tokens=requested_max_tokens,
+                          truncate_prompt_tokens=truncate_prompt_tokens, assistant_mask=assistant_mask,
+                          offsets=offsets, param=param, max_tokens_param=max_tokens_param,
+                          defaults=self.generation_defaults)
+
+    def sampling_params(self, req: ChatCompletionRequest | CompletionRequest, max_tokens: int, *,
+                        skip_special_tokens: bool | None = None,
+                        structured_outputs: dict[str, Any] | None = None) -> SamplingParams:
+        """The request's sampling params, its unset fields filled from the model's defaults."""
+        if isinstance(req, CompletionRequest):
+            return req.to_sampling_params(max_tokens, defaults=self.generation_defaults)
+        return req.to_sampling_params(max_tokens, skip_special_tokens=skip_special_tokens,
+                                      structured_outputs=structured_outputs, defaults=self.generation_defaults)
 
     # --- pieces ------------------------------------------------------------------------------
 
@@ -377,7 +403,7 @@ class Renderer:
             if schema is not None:
                 _check_tool_schemas(req, names)
                 structured = structured_outputs(json=schema)
-        return req.to_sampling_params(max_tokens, skip_special_tokens=skip, structured_outputs=structured)
+        return self.sampling_params(req, max_tokens, skip_special_tokens=skip, structured_outputs=structured)
 
     @staticmethod
     def _generate_request(request_id: str, fitted: FittedPrompt, params: SamplingParams,
@@ -445,15 +471,3 @@ def _check_tool_schemas(req: ChatCompletionRequest, names: _FieldNames) -> None:
             where = names.tool_schema(i) + (f".{bad.field}" if bad.field else "")
             raise RenderError(f"{where} {bad.message} (tool_choice={names.forced_tool(req.tool_choice)} "
                               "constrains the output to this schema).", param=names.tool_schema(i))
-
-
-def _check_strict_tool_schemas(req: ChatCompletionRequest, names: _FieldNames) -> None:
-    """gpt-oss: the harmony structural tag enforces the parameter schema of each ``strict`` tool it
-    may call; refuse (400, naming the keyword and the tool) one the engine could not enforce."""
-    for i in constrained_tools(req):
-        tool = (req.tools or [])[i]
-        bad = unsupported_schema_feature(tool.function.parameters or {})
-        if bad is not None:
-            where = names.tool_schema(i) + (f".{bad.field}" if bad.field else "")
-            raise RenderError(f"{where} {bad.message} (the tool is strict, and its calls are constrained to "
-                              "this schema).", param=names.tool_schema(i))
