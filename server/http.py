@@ -97,8 +97,9 @@ def note_ignored_fields(api: str, names: list[str]) -> None:
     this process (vLLM 0.32 logs every request's ignored fields, at DEBUG; a WARNING per request
     would let one client flood the log)."""
     metrics.ignored_fields(api, len(names))
-    new = [name[:100] for name in names if name[:100] not in _named_fields]
-    if new and len(_named_fields) < MAX_NAMED_FIELDS:
+    room = MAX_NAMED_FIELDS - len(_named_fields)  # one request of many names must not pass the bound either
+    new = list(dict.fromkeys(name[:100] for name in names if name[:100] not in _named_fields))[:max(0, room)]
+    if new:
         _named_fields.update(new)
         log.warning("The following fields were present in a %s request but ignored: %s (each field is "
                     "named once; tokenwire_ignored_request_fields_total counts them all)", api, new)

@@ -11,7 +11,7 @@ from dataclasses import replace
 import pytest
 from starlette.testclient import TestClient
 
-from server import metrics
+from server import http, metrics
 from server.app import create_app
 from server.gating import decide
 from server.settings import Mode
@@ -54,3 +54,23 @@ def test_known_fields_are_not_reported(caplog: pytest.LogCaptureFixture) -> None
         assert r.status_code == 200, r.text
     assert _count("chat") == before
     assert not [rec for rec in caplog.records if "ignored" in rec.getMessage()]
+
+
+def test_one_request_with_many_unknown_fields_names_no_more_than_the_bound(
+        caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The bound on remembered (and logged) names holds within one request too: 5,000 unknown fields
+    are all counted, and at most MAX_NAMED_FIELDS of them named and kept."""
+    monkeypatch.setattr(http, "_named_fields", set())
+    before = _count("chat")
+    body: dict[str, object] = {"messages": USER, **{f"unknown_{i:05d}": 0 for i in range(5000)}}
+    app = create_app(replace(make_ctx(), gating=decide(Mode.RENDER, {})))
+    with TestClient(app) as client, caplog.at_level(logging.WARNING, logger="tokenwire"):
+        r = client.post("/v1/chat/completions/render", json=body)
+        assert r.status_code == 200, r.text
+        r = client.post("/v1/chat/completions/render", json={"messages": USER, "one_more_unknown": 1})
+        assert r.status_code == 200, r.text
+    assert _count("chat") - before == 5001
+    assert len(http._named_fields) == http.MAX_NAMED_FIELDS
+    named = [rec.getMessage() for rec in caplog.records if "ignored" in rec.getMessage()]
+    assert len(named) == 1, "the bound was reached: the next request's new name is counted, not logged"
+    assert named[0].count("'unknown_") == http.MAX_NAMED_FIELDS
