@@ -160,7 +160,7 @@ class _Call:
         self.bytes = expect.message_bytes()  # its share of a link message's bound
         self.heard = 0.0  # when the engine last sent it something (the --engine-timeout clock)
         self.ended = False  # the engine sent its generate.done or error
-        body = request.to_wire()
+        body = request.to_engine_wire()
         body["request_id"] = engine_id
         self.frame = orjson.dumps({"type": "generate", "id": call_id, "body": body}).decode()
         self.n = request.sampling_params.n

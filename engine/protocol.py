@@ -204,6 +204,16 @@ class GenerateRequest(_Wire):
         out["sampling_params"] = self.sampling_params.to_wire()
         return out
 
+    def to_engine_wire(self) -> dict[str, Any]:
+        """:meth:`to_wire` with ``max_tokens`` always written, as a front end sends the request to a
+        remote engine: the front end decided the output limit (the model's defaults included, the
+        16 of a completion too), and a vLLM engine that gets none applies its own (its
+        generation config's, else all the room)."""
+        out = self.to_wire()
+        if self.sampling_params.max_tokens is not None:
+            out["sampling_params"].setdefault("max_tokens", self.sampling_params.max_tokens)
+        return out
+
 
 class UsageInfo(_Wire):
     prompt_tokens: int = 0

@@ -88,7 +88,7 @@ class RemoteEngine(Engine):
     async def _generate(self, request: GenerateRequest) -> AsyncIterator[EngineOutput]:
         rid = request.request_id or secrets.token_hex(8)  # this front end's id: the outputs carry it
         wire = self._ids.new()  # the engine's id for it (engine/access.py)
-        body = request.to_wire()
+        body = request.to_engine_wire()
         body.update(request_id=wire, stream=True,
                     stream_options={**(body.get("stream_options") or {}), "include_usage": True})
         body["sampling_params"]["output_kind"] = 1  # DELTA: each event carries that step's new tokens
