@@ -68,8 +68,8 @@ def test_a_request_without_sampling_parameters_is_sampled_as_the_model_asks(serv
 
 
 def test_generation_config_vllm_and_the_override(model_dir: Path) -> None:
-    args = ["serve", model_dir, "--enable-scale-out", "--max-model-len", "512", "--generation-config", "vllm",
-            "--override-generation-config", '{"top_p": 0.5}']
+    args: list[str | Path] = ["serve", model_dir, "--enable-scale-out", "--max-model-len", "512",
+                              "--generation-config", "vllm", "--override-generation-config", '{"top_p": 0.5}']
     with ServerProcess(args) as srv:
         r = httpx.post(srv.url + "/v1/chat/completions/render", json={"messages": USER}, timeout=60)
         output = srv.output()
