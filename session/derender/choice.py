@@ -31,7 +31,7 @@ __all__ = ["ArgsPiece", "ChoiceStream", "Piece", "StreamSpec"]
 _SLOW = object()  # feed the parsers
 _REASONING = object()  # no character route_guard in the text: all reasoning
 _CONTENT = object()  # no character route_guard in the text: all content
-_ARGS = object()  # a JSON-plain text without route_guard: the arguments of call route_call
+_ARGS = object()  # a JSON-plain text without route_guard (route_space: nor trailing space): call route_call's arguments
 _ANY_CONTENT = object()  # any text is content
 
 
@@ -101,7 +101,7 @@ class ArgsPiece(Piece):
 
 class ChoiceStream:
     __slots__ = ("count", "detok", "finished", "held", "index", "reasoning", "route", "route_call", "route_guard",
-                 "spec", "started", "stops", "text_offset", "tool")
+                 "route_space", "spec", "started", "stops", "text_offset", "tool")
 
     def __init__(self, spec: StreamSpec, index: int, *, detok: ByteLevelDetokenizer | WindowDetokenizer,
                  stops: StopStrings | None, reasoning: ReasoningParser | None, tool: ToolParser | None,
@@ -125,6 +125,7 @@ class ChoiceStream:
         self.route = _SLOW
         self.route_guard = ""
         self.route_call = 0
+        self.route_space = False
 
     # --- construction ----------------------------------------------------------------------------
     @classmethod
@@ -302,7 +303,7 @@ class ChoiceStream:
             if self.route_guard not in text:
                 return Piece(text, "", (), n)
         elif route is _ARGS:
-            if is_plain(text) and self.route_guard not in text:  # inside a string argument: the call's arguments
+            if is_plain(text) and self.route_guard not in text and not (self.route_space and text[-1].isspace()):
                 return ArgsPiece(self.route_call, text, n)
         elif route is _ANY_CONTENT:
             return Piece(text, "", (), n)
@@ -314,24 +315,37 @@ class ChoiceStream:
         """Where a text that holds nothing the parsers look for goes next (``route``), from the
         parsers' state: reasoning (without ``route_guard``: ReasoningParser.plain_reasoning_guard),
         content (ToolParser.plain_content_guard), the arguments of call ``route_call`` (a JSON-plain
-        text: ToolParser.plain_args_call), any text as content, or _SLOW (feed the parsers)."""
+        text: ToolParser.plain_args_call), any text as content, or _SLOW (feed the parsers). A
+        reasoning parser past its reasoning is skipped too when it is ``passthrough``, or for a
+        text without its ReasoningParser.plain_content_guard, when that is the tool route's guard
+        as well."""
         self.route = _SLOW
         tool, reasoning = self.tool, self.reasoning
+        outer = ""  # the reasoning parser's guard on content ("": none)
         if reasoning is not None and not reasoning.passthrough:
             guard = reasoning.plain_reasoning_guard()
             if guard:
                 self.route, self.route_guard = _REASONING, guard
-            return
+                return
+            outer = reasoning.plain_content_guard() or ""
+            if not outer:
+                return
         if tool is None:
-            self.route = _ANY_CONTENT
+            self.route, self.route_guard = (_CONTENT, outer) if outer else (_ANY_CONTENT, "")
             return
         call = tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
         if call is not None and not self.spec.drop_tool_calls:
-            self.route, self.route_call, self.route_guard = _ARGS, call, tool.plain_args_guard()
+            guard = tool.plain_args_guard()
+            if outer and guard not in (outer, "\x00"):  # (two guards: feed the parsers)
+                return
+            self.route, self.route_call, self.route_guard = _ARGS, call, outer or guard
+            self.route_space = tool.plain_args_hold_space
             return
         guard = tool.plain_content_guard()
-        if guard is not None:
-            self.route, self.route_guard = (_CONTENT, guard) if guard else (_ANY_CONTENT, "")
+        if guard is None or (outer and guard not in (outer, "")):
+            return
+        guard = guard or outer
+        self.route, self.route_guard = (_CONTENT, guard) if guard else (_ANY_CONTENT, "")
 
     def _parse(self, text: str, done: bool) -> Piece:
         piece = self._split(text, done)

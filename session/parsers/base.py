@@ -100,6 +100,15 @@ class ReasoningParser(abc.ABC):
         shortcut now (the default)."""
         return None
 
+    def plain_content_guard(self) -> str | None:
+        """When not None: the reasoning is over (for now) and the character every marker the
+        parser still looks for starts with; feeding a text that does not contain it would change
+        nothing and return exactly ``content=text`` (so the derenderer may skip ``feed`` for such
+        texts and take the tool parser's shortcuts, under this guard too). For a parser that is
+        not ``passthrough`` only because it still drops or reacts to a marker in the content
+        (e.g. ``</think>``). None: no such shortcut now (the default)."""
+        return None
+
 
 class ToolParser(abc.ABC):
     """Splits content into plain content and tool calls. Returns ``ParsedDelta`` with only
@@ -116,6 +125,10 @@ class ToolParser(abc.ABC):
     # one, a request with tool_choice "none" (or without tools) is still read by the tool parser and
     # its calls are dropped, so call markup never reaches the content.
     engine_based: ClassVar[bool] = False
+    # With plain_args_call: True when a text that ends in whitespace is not covered either (the
+    # parser holds the arguments' trailing whitespace back until more follows, e.g. kimi_k2's raw
+    # arguments, stripped at their end).
+    plain_args_hold_space: ClassVar[bool] = False
 
     def __init__(self, ctx: ParserContext) -> None:
         self.ctx = ctx
@@ -139,11 +152,13 @@ class ToolParser(abc.ABC):
         """How many tool calls have been started so far."""
 
     def plain_args_call(self) -> int | None:
-        """When not None: the parser is inside a string of call ``index``'s JSON arguments (a call
-        it reports: with ``parallel_tool_calls`` false, only call 0), and feeding a text for which
+        """When not None: the parser is inside call ``index``'s arguments where text streams as it
+        is (a string of its JSON arguments; kimi_k2's raw arguments) (a call it reports: with
+        ``parallel_tool_calls`` false, only call 0), and feeding a text for which
         ``json_stream.is_plain`` holds and that does not contain :meth:`plain_args_guard` would
         change nothing in it and yield exactly that text as that call's arguments (so the
-        derenderer may skip ``feed`` while the text stays plain).
+        derenderer may skip ``feed`` while the text stays plain; with
+        :attr:`plain_args_hold_space`, only a text that does not end in whitespace).
         None: no such shortcut now (the default)."""
         return None
 

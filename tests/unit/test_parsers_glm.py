@@ -15,10 +15,10 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot
-from session.parsers.base import ParsedDelta, ParserContext
+from session.parsers.base import ParsedDelta, ParserContext, ToolCallDelta
 from session.parsers.reasoning.glm import GlmReasoningParser
 from session.parsers.tool.glm import GlmToolParser
-from session.parsers.tool.json_stream import escape_lone_surrogates
+from session.parsers.tool.json_stream import escape_lone_surrogates, is_plain
 from session.parsers.tool.schema_values import coerce, types_of
 
 from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
@@ -276,6 +276,62 @@ def test_a_typed_value_is_held_until_it_closes() -> None:
     parser.feed("<tool_call>get_weather<arg_key>days</arg_key><arg_value>1")
     assert not parser.feed("2").tool_calls
     assert [d.arguments for d in parser.feed("</arg_value>").tool_calls] == ['"days": 12']
+
+
+def _skipping(ctx: ParserContext, chunks: list[str]) -> tuple[Split, int]:
+    """The two parsers chained as the derenderer runs them, skipping both where it may: a chunk
+    without the reasoning parser's content guard that the tool parser's args shortcut covers is
+    not fed (session/derender/choice.py ``_route``). Returns the split and how many were not fed."""
+    reasoning, tool = R(ctx), T(ctx)
+    out: list[ParsedDelta] = []
+    skipped = 0
+    for chunk in chunks:
+        call, guard = tool.plain_args_call(), reasoning.plain_content_guard()
+        if call is not None and guard is not None and is_plain(chunk) and guard not in chunk \
+                and tool.plain_args_guard() not in chunk:
+            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
+            skipped += 1
+            continue
+        r = reasoning.feed(chunk)
+        t = tool.feed(r.content) if r.content else ParsedDelta()
+        t.reasoning = r.reasoning
+        out.append(t)
+    r = reasoning.finish()
+    t = tool.feed(r.content) if r.content else ParsedDelta()
+    t.extend(tool.finish())
+    t.reasoning = r.reasoning
+    out.append(t)
+    return fold(out), skipped
+
+
+PLAIN_PIECES = [" is", " a < b", " city", "\n", " of", " 東京 😀", ' "q"', " ", "\\n", " x <", " y", " z </arg", "_v", " end "]
+
+
+@pytest.mark.parametrize("layout", [c47, c46], ids=["glm47", "glm45"])
+@pytest.mark.parametrize("ctx", [CTX, ParserContext(tools=TOOLS, parallel_tool_calls=False),
+                                 ParserContext(tools=TOOLS, tool_choice="none"), ParserContext(tool_choice="none")],
+                         ids=["auto", "serial", "none", "no_tools"])
+def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(layout: Any, ctx: ParserContext) -> None:
+    # a string value (city), a typed value held then streamed as JSON past VALUE_HOLD (filters), and
+    # a second call (not reported with parallel_tool_calls false)
+    one = layout("get_weather", ("city", "\0"), ("days", "3"))
+    two = layout("search", ("filters", '{"note": "' + "long " * 60 + "\0"))
+    cut1, cut2 = one.index("\0"), two.index("\0")
+    chunks = ["plan</think>", "Let me", " check.", one[:cut1], "Pa", "ris", *PLAIN_PIECES, one[cut1 + 1:],
+              two[:cut2], *PLAIN_PIECES, '"}', two[cut2 + 1:],
+              layout("get_weather", ("city", "\0")).split("\0")[0], "Ro", "me", *PLAIN_PIECES, "</tool_call>"]
+    reasoning, tool = R(ctx), T(ctx)
+    offered = []
+    for chunk in chunks:
+        tool.feed(reasoning.feed(chunk).content)
+        if chunk in ("ris", two[:cut2], "me"):  # in the first call's string, the second's JSON string, the third's
+            offered.append(tool.plain_args_call())
+            assert reasoning.plain_content_guard() == tool.plain_args_guard() == "<"
+    reported = ctx.tool_choice != "none"
+    assert offered == (([0, 1, 2] if ctx.parallel_tool_calls else [0, None, None]) if reported else [None] * 3)
+    split, skipped = _skipping(ctx, chunks)
+    assert split == chained(["".join(chunks)], ctx)
+    assert (skipped > 0) == reported
 
 
 @pytest.mark.parametrize("text", [

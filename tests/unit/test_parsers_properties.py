@@ -33,7 +33,9 @@ from session.parsers.tool import (
     PythonicToolParser,
     RequiredToolChoiceParser,
 )
-from session.parsers.tool.json_stream import is_plain
+from session.parsers.tool.glm import GlmToolParser
+from session.parsers.tool.json_stream import is_plain_without
+from session.parsers.tool.kimi_k2 import KimiK2ToolParser
 
 from .parsers_harness import AUTO, AnyParser, Split, fold, one_shot, split_at, streamed
 
@@ -99,7 +101,7 @@ def test_reasoning_then_hermes_chained_streams_like_one_shot(text: str, data: st
 # -- the shortcuts the derenderer takes (plain_*_guard, plain_args_call) -----------------------------
 
 PLAIN_CANDIDATES = ["plain words", "東京 😀", "see [1] and {x}", "a < b", 'say "hi"', "back\\slash", "\n\t",
-                    "f(x=1)", "é"]
+                    "f(x=1)", "é", "ends in a space ", "wide\u3000"]
 
 
 def _promises(parser: ToolParser | ReasoningParser, text: str) -> list[tuple[str, str, list[tuple[int, Any, str]]]]:
@@ -114,9 +116,15 @@ def _promises(parser: ToolParser | ReasoningParser, text: str) -> list[tuple[str
                 out.append(("", text, []))
         if parser.passthrough:
             out.append((text, "", []))
+        guard = parser.plain_content_guard()
+        if guard is not None:
+            assert len(guard) == 1
+            if guard not in text:
+                out.append((text, "", []))
         return out
     call = parser.plain_args_call()
-    if call is not None and is_plain(text) and parser.plain_args_guard() not in text:
+    if call is not None and is_plain_without(text, parser.plain_args_guard()) \
+            and not (parser.plain_args_hold_space and text[-1].isspace()):
         out.append(("", "", [(call, None, text)]))
     guard = parser.plain_content_guard()
     if guard is not None:
@@ -149,6 +157,11 @@ def test_a_text_a_shortcut_covers_feeds_as_promised_and_changes_nothing(
     (Qwen3ReasoningParser, AUTO, "", "reasoning <"),
     (Qwen3ReasoningParser, AUTO, "<think>I wonder", "reasoning <"),
     (Qwen3ReasoningParser, AUTO, "hm</think>", "passthrough"),
+    (REASONING_PARSERS["glm45"], AUTO, "hm</think>", "content <"),
+    (REASONING_PARSERS["kimi_k2"], AUTO, "hm</think>", "content <"),
+    (GlmToolParser, AUTO, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par", "args 0"),
+    (KimiK2ToolParser, AUTO, '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'
+                             '<|tool_call_argument_begin|>{"city": "Par', "args 0"),
     (HermesToolParser, AUTO, "Hello ", "content <"),
     (HermesToolParser, AUTO, '<tool_call>{"name": "get_weather", "arguments": {"city": "Par', "args 0"),
     (MistralToolParser, AUTO, "Sure", "content ["),
@@ -161,7 +174,8 @@ def test_the_shortcuts_are_offered_where_a_stream_spends_its_time(cls: AnyParser
     parser = cls(ctx)
     parser.feed(prefix)
     if isinstance(parser, ReasoningParser):
-        offered = "passthrough" if parser.passthrough else f"reasoning {parser.plain_reasoning_guard()}"
+        offered = "passthrough" if parser.passthrough else f"reasoning {parser.plain_reasoning_guard()}" \
+            if parser.plain_content_guard() is None else f"content {parser.plain_content_guard()}"
     elif parser.plain_args_call() is not None:
         offered = f"args {parser.plain_args_call()}"
     else:

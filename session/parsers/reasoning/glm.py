@@ -45,6 +45,10 @@ class GlmReasoningParser(ModalReasoningParser):
     def passthrough(self) -> bool:
         return self._mode == "x"
 
+    def plain_content_guard(self) -> str | None:
+        # After the reasoning only <think> / </think> are looked for, both starting with "<".
+        return "<" if self._mode == "c" and not self._buf else None
+
     # -- state -------------------------------------------------------------------------------
     def _save(self) -> dict[str, Any]:
         return {"w": self._ws}

@@ -43,6 +43,10 @@ class KimiK2ReasoningParser(ModalReasoningParser):
     def passthrough(self) -> bool:
         return self._mode == "off"
 
+    def plain_content_guard(self) -> str | None:
+        # After the reasoning only </think> is looked for (and dropped).
+        return "<" if self._mode == "content" and not self._buf else None
+
     def _save(self) -> dict[str, Any]:
         return {"w": self._ws}
 

@@ -97,6 +97,22 @@ class GlmToolParser(StreamingToolParser):
         js = state["j"]
         self._js = None if js is None else JsonValueStreamer.from_state(list(js))
 
+    # -- the derenderer's shortcut -----------------------------------------------------------
+    def plain_args_call(self) -> int | None:
+        # Inside a value that streams as a string, or inside a string of a value that streams as
+        # JSON, nothing held: a plain text without "<" (every marker's start) is sent as it is.
+        if self._buf or self._mode != "val":
+            return None
+        kind = self._kind
+        if kind != "s" and not (kind == "j" and self._js is not None and self._js.in_plain_string
+                                and not (self._js.done or self._js.failed)):
+            return None
+        index = self._calls - 1  # (tool_choice "none" opens no call: -1)
+        return index if index >= 0 and self._kept(index) and not self._none else None
+
+    def plain_args_guard(self) -> str:
+        return "<"
+
     # -- the request's tools -----------------------------------------------------------------
     def _tool_map(self) -> dict[str, Any]:
         if self._tools is None:

@@ -58,6 +58,7 @@ class KimiK2ToolParser(StreamingToolParser):
     engine_based = True  # vLLM 0.32 builds it from its engine grammar (vllm/parser/kimi_k2.py)
     # vLLM reads "required" / named tool_choice in Kimi's own format (structural tag "kimi")
     supports_required_and_named = False
+    plain_args_hold_space = True  # (the arguments' trailing whitespace is held: stripped at their end)
 
     def __init__(self, ctx: ParserContext) -> None:
         super().__init__(ctx)
@@ -83,6 +84,17 @@ class KimiK2ToolParser(StreamingToolParser):
         # Every marker starts with "<"; while only whitespace came, a text is not simply content.
         if self._mode != "text" or self._buf or self._lead:
             return None
+        return "<"
+
+    def plain_args_call(self) -> int | None:
+        # Inside the arguments past their first character, no whitespace held, nothing held: a
+        # text without "<" (every marker's start) that does not end in whitespace is sent as it is.
+        if self._mode != "args" or self._buf or self._ws or not self._any:
+            return None
+        index = self._calls - 1
+        return index if self._kept(index) else None
+
+    def plain_args_guard(self) -> str:
         return "<"
 
     # -- output helpers ------------------------------------------------------------------------

@@ -18,7 +18,7 @@ from typing import Any, ClassVar, Self
 from ..base import ParsedDelta, ParserContext, ToolCallDelta, ToolParser
 from ..errors import MalformedSnapshot
 from .json_calls import CallObjectParser
-from .json_stream import is_plain
+from .json_stream import is_plain_without
 
 
 class StreamingToolParser(ToolParser):
@@ -74,7 +74,8 @@ class StreamingToolParser(ToolParser):
     def feed(self, text: str) -> ParsedDelta:
         if text:
             call = self.plain_args_call()
-            if call is not None and is_plain(text) and self.plain_args_guard() not in text:  # in a string argument
+            if call is not None and is_plain_without(text, self.plain_args_guard()) \
+                    and not (self.plain_args_hold_space and text[-1].isspace()):  # in a string argument
                 return ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=text)])
             self._process(text, final=False)
         return self._take()
