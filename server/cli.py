@@ -28,6 +28,7 @@ from server.gating import GatingError, decide
 from server.generation_config import load_generation_defaults, parse_override
 from server.hosts import default_allowed_hosts
 from server.listener import bind
+from server.resume_budget import RESUME_WINDOW_S, RESUMES_PER_CHECKPOINT
 from server.settings import Mode, Settings
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.auto import AUTO
@@ -195,6 +196,13 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="prompts one completion may carry, each an engine request: its share of the engine's "
                         "wait queue; more is a 400 before any is queued (default 64; a local engine also caps "
                         "it at --max-waiting)")
+    p.add_argument("--resume-window", type=_number(0, strict=True), default=float(RESUME_WINDOW_S), metavar="SECONDS",
+                   help="seconds a resume checkpoint may start a stream after the delta that carried it, on any "
+                        f"replica; later it is refused as expired (default {RESUME_WINDOW_S})")
+    p.add_argument("--resumes-per-checkpoint", type=_int_in(1), default=RESUMES_PER_CHECKPOINT, metavar="N",
+                   help="streams one resume checkpoint may start on this replica; more are refused as replayed "
+                        f"(default {RESUMES_PER_CHECKPOINT}; the SDKs resume at most 3 times in a row from one "
+                        "checkpoint)")
     p.add_argument("--shutdown-timeout", type=_number(0), default=20.0,
                    help="on SIGTERM, seconds to let requests in flight finish before ending them with a "
                         "'shutting down' error (default 20; new connections are refused at once)")
@@ -357,6 +365,8 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         body_timeout=args.body_timeout,
         header_timeout=args.header_timeout,
         max_prompts_per_request=args.max_prompts_per_request,
+        resume_window=args.resume_window,
+        resumes_per_checkpoint=args.resumes_per_checkpoint,
         environ=environ,
         **extra,
     )

@@ -61,7 +61,8 @@ class Pipeline:
         self._warn_random_secret = warn_random_secret and codec.random_secret
         s = ctx.settings
         self.parser_names = (s.tool_call_parser, s.reasoning_parser, s.enable_auto_tool_choice)
-        self.resumes = ResumeBudget()  # how often each checkpoint was resumed on this replica
+        # how often each checkpoint was resumed on this replica (--resume-window, --resumes-per-checkpoint)
+        self.resumes = ResumeBudget(window_s=s.resume_window, per_checkpoint=s.resumes_per_checkpoint)
 
     @property
     def engine(self) -> Engine:

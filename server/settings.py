@@ -9,6 +9,8 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
+from server.resume_budget import RESUME_WINDOW_S, RESUMES_PER_CHECKPOINT
+
 
 def package_version() -> str:
     """tokenwire's installed version (``/version``, the session's ``server`` info)."""
@@ -85,6 +87,9 @@ class Settings:
     header_timeout: float = 10.0  # seconds a request's headers may take to arrive (server/header_timeout.py)
     # prompts (engine requests) one completion may carry: its share of the engine's wait queue
     max_prompts_per_request: int = 64
+    # how long, and how often, one resume checkpoint may start a stream (server/resume_budget.py)
+    resume_window: float = RESUME_WINDOW_S
+    resumes_per_checkpoint: int = RESUMES_PER_CHECKPOINT
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def with_(self, **changes: object) -> Settings:
