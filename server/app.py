@@ -29,7 +29,7 @@ from server.hosts import host_allowed
 from server.hosts import refusal as host_refusal
 from server.http import is_json_media_type, not_json_message
 from server.limits import LimitMiddleware
-from server.routes import common, derender, generate, pipeline, playground, render, tokenize
+from server.routes import common, derender, generate, pipeline, playground, render, responses, tokenize
 from server.routes import metrics as metrics_routes
 from server.routing import Route
 from server.services import Services, build_services
@@ -46,6 +46,7 @@ ROUTE_LISTS: tuple[Callable[[], list[Route]], ...] = (
     derender.routes,
     generate.routes,
     pipeline.routes,
+    responses.routes,
     tokenize.routes,
     playground.routes,
     metrics_routes.routes,

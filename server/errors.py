@@ -50,8 +50,9 @@ class ApiError(Exception):
     """An error with an HTTP status, raised by route code for bad input it detects itself."""
 
     def __init__(self, status: int, message: str, *, param: str | None = None,
-                 error_type: str | None = None) -> None:
+                 error_type: str | None = None, code: str | None = None) -> None:
         super().__init__(message)
+        self.code = code  # a string code where the API names one (previous_response_not_found); else the status
         self.status = status
         self.message = message
         self.param = param
@@ -95,7 +96,7 @@ def to_api_error(exc: BaseException) -> ApiError:
 
 def openai_error_body(err: ApiError) -> dict[str, Any]:
     return {"error": {"message": err.message, "type": err.error_type, "param": err.param,
-                      "code": err.status}}
+                      "code": err.code or err.status}}
 
 
 def anthropic_error_body(err: ApiError) -> dict[str, Any]:

@@ -50,6 +50,9 @@ PROMPT_TOKENS = Counter("tokenwire_prompt_tokens", "Prompt tokens sent to the en
 IGNORED_FIELDS = Counter("tokenwire_ignored_request_fields", "Unknown top-level request fields ignored (a "
                          "misspelt `temprature`), by API; the log names each field once.", ["api"],
                          registry=REGISTRY)
+RESPONSES_TOOLS_LEFT_OUT = Counter("tokenwire_responses_tools_left_out", "Responses API tools left out of the prompt "
+                                  "(built-in types such as web_search, which nothing here runs).",
+                                  registry=REGISTRY)
 HEADER_TIMEOUTS = Counter("tokenwire_header_timeouts", "HTTP connections closed (408) because a request's headers "
                           "did not arrive within --header-timeout.", registry=REGISTRY)
 
@@ -139,6 +142,10 @@ def error(kind: str, transport: str) -> None:
 
 def ignored_fields(api: str, count: int) -> None:
     IGNORED_FIELDS.labels(api).inc(count)
+
+
+def responses_tools_left_out(count: int) -> None:
+    RESPONSES_TOOLS_LEFT_OUT.inc(count)
 
 
 def ws_request(frame: str) -> None:

@@ -8,6 +8,7 @@ purpose: docs/reliability.md, "HTTP fuzzing".
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -24,7 +25,7 @@ _OPENAI_ERROR = {
                 "message": {"type": "string"},
                 "type": {"type": "string"},
                 "param": {"type": ["string", "null"]},
-                "code": {"type": ["integer", "null"]},
+                "code": {"type": ["integer", "string", "null"]},
             },
             "required": ["message", "type"],
         }
@@ -209,6 +210,10 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
                 op["responses"][str(status)] = {
                     "description": description,
                     "content": {"application/json": {"schema": _schema(model, defs)}}}
+            names = re.findall(r"{(\w+)}", route.path)
+            if names:  # path parameters (``/v1/responses/{response_id}``)
+                op["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+                                    for n in names]
             if route.request_model is not None and method in ("POST", "PUT", "PATCH"):
                 op["requestBody"] = {
                     "required": True,
