@@ -4,7 +4,8 @@ A front end (``launch render --engine-url``, its engine built by ``server.contex
 the CLI builds it) over the scripted engine of tests/support/scripted_engine.py, through both engine
 transports (``http://``: ``RemoteEngine``; ``ws://``: the engine link), on a copy of the real qwen3
 tokenizer asset whose ``generation_config.json`` asks for Qwen3's sampling values (temperature 0.6,
-top_p 0.95, top_k 20). Each API sends no sampling parameters (as Codex CLI does), and the engine
+top_p 0.95, top_k 20). Each API (chat, completions, messages, a ``/v1/session`` chat frame, the
+Responses API, ``/render``) sends no sampling parameters (as Codex CLI does), and the engine
 request carries the model's values; a request's own value wins; ``--generation-config vllm`` turns
 them off; ``--override-generation-config`` overrides and caps; the start-up line names them.
 """
@@ -100,6 +101,7 @@ def test_every_api_without_sampling_parameters_gets_the_models_defaults(
             "messages": _sent(engine, lambda: _ok(client.post("/v1/messages",
                                                                json={"messages": USER, "max_tokens": 32}))),
             "session": _sent(engine, lambda: _session_chat(client, {"messages": USER})),
+            "responses": _sent(engine, lambda: _ok(client.post("/v1/responses", json={"input": "Weather in Paris?"}))),
         }
         rendered = _ok(client.post("/v1/chat/completions/render", json={"messages": USER})).json()["sampling_params"]
     for api, sp in {**sent, "render": rendered}.items():
