@@ -1,11 +1,11 @@
 """The derender's arguments route with a reasoning parser that still reads the content (glm45 /
-glm47, kimi_k2: ``</think>`` is taken out of the content after the reasoning, so they are never
-``passthrough``): inside a long string argument the step skips both parsers
+glm47, kimi_k2, minimax_m2: ``</think>`` is taken out of the content after the reasoning, so they
+are never ``passthrough``): inside a long string argument the step skips both parsers
 (ReasoningParser.plain_content_guard combined with ToolParser.plain_args_call in
 session/derender/choice.py ``_route``), and the stream still splits exactly as the one-shot
 derender does.
 
-Real tokenizers (GLM-4.6, GLM-4.7, Kimi-K2-Thinking), one token per push, in memory and with the
+Real tokenizers (GLM-4.6, GLM-4.7, Kimi-K2-Thinking, MiniMax-M2), one token per push, in memory and with the
 state through JSON and a fresh derenderer on every push; outputs with quotes, escapes, ``<`` that
 starts no marker, newlines, tokens that end in whitespace (Kimi-K2 holds the arguments' trailing
 whitespace), cut off inside the argument (``length``) or closed.
@@ -46,7 +46,14 @@ def kimi(reasoning: str, content: str, body: str, close: bool) -> str:
     return head + (args + "  <|tool_call_end|><|tool_calls_section_end|>" if close else args[:-2])
 
 
-FAMILIES = [("glm45", "glm-4.6", glm), ("glm47", "glm-4.7", glm), ("kimi_k2", "kimi-k2-thinking", kimi)]
+def minimax(reasoning: str, content: str, body: str, close: bool) -> str:
+    head = (f"{reasoning}</think>\n\n{content}\n<minimax:tool_call>\n<invoke name=\"write_file\">\n"
+            f"<parameter name=\"path\">plan.md</parameter>\n<parameter name=\"content\">{body}")
+    return head + ("</parameter>\n</invoke>\n</minimax:tool_call>" if close else "")
+
+
+FAMILIES = [("glm45", "glm-4.6", glm), ("glm47", "glm-4.7", glm), ("kimi_k2", "kimi-k2-thinking", kimi),
+            ("minimax_m2", "minimax-m2", minimax)]
 
 
 def _request() -> ChatCompletionRequest:
