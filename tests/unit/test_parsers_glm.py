@@ -278,6 +278,16 @@ def test_a_typed_value_is_held_until_it_closes() -> None:
     assert [d.arguments for d in parser.feed("</arg_value>").tool_calls] == ['"days": 12']
 
 
+def test_after_the_reasoning_the_content_guard_is_offered_with_nothing_held() -> None:
+    parser = R(CTX)
+    assert parser.plain_content_guard() is None  # (reasoning: its trailing whitespace is held)
+    assert parser.feed("plan</think>ok </thi").content == "ok "
+    assert parser.plain_content_guard() is None  # a partial </think> is held
+    assert parser.feed("nk>more").content == "more"
+    assert parser.plain_content_guard() == "<"
+    assert parser.feed("plain text").content == "plain text"
+
+
 def _skipping(ctx: ParserContext, chunks: list[str]) -> tuple[Split, int]:
     """The two parsers chained as the derenderer runs them, skipping both where it may: a chunk
     without the reasoning parser's content guard that the tool parser's args shortcut covers is
@@ -304,6 +314,7 @@ def _skipping(ctx: ParserContext, chunks: list[str]) -> tuple[Split, int]:
     return fold(out), skipped
 
 
+JSON_PIECES = [" is", " a < b", " 東京 😀", ' \\"q\\"', " ", "\\n", " x <", " y", " z </arg", "_v", " end "]  # (in a JSON string)
 PLAIN_PIECES = [" is", " a < b", " city", "\n", " of", " 東京 😀", ' "q"', " ", "\\n", " x <", " y", " z </arg", "_v", " end "]
 
 
@@ -314,11 +325,11 @@ PLAIN_PIECES = [" is", " a < b", " city", "\n", " of", " 東京 😀", ' "q"', "
 def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(layout: Any, ctx: ParserContext) -> None:
     # a string value (city), a typed value held then streamed as JSON past VALUE_HOLD (filters), and
     # a second call (not reported with parallel_tool_calls false)
-    one = layout("get_weather", ("city", "\0"), ("days", "3"))
+    one = layout("get_weather", ("city", "\0"), ("days", "\1"))  # (days: held until it closes)
     two = layout("search", ("filters", '{"note": "' + "long " * 60 + "\0"))
-    cut1, cut2 = one.index("\0"), two.index("\0")
-    chunks = ["plan</think>", "Let me", " check.", one[:cut1], "Pa", "ris", *PLAIN_PIECES, one[cut1 + 1:],
-              two[:cut2], *PLAIN_PIECES, '"}', two[cut2 + 1:],
+    cut1, held, cut2 = one.index("\0"), one.index("\1"), two.index("\0")
+    chunks = ["plan</think>", "Let me", " check.", one[:cut1], "Pa", "ris", *PLAIN_PIECES, one[cut1 + 1:held],
+              "1", "2", one[held + 1:], two[:cut2], *JSON_PIECES, '", "n": ', "1", "2", " ", "}", two[cut2 + 1:],
               layout("get_weather", ("city", "\0")).split("\0")[0], "Ro", "me", *PLAIN_PIECES, "</tool_call>"]
     reasoning, tool = R(ctx), T(ctx)
     offered = []
