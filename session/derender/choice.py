@@ -7,7 +7,8 @@ skip the parsers: docs/derender.md, "One pipeline per choice".
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,7 +33,9 @@ _SLOW = object()  # feed the parsers
 _REASONING = object()  # no character route_guard in the text: all reasoning
 _CONTENT = object()  # no character route_guard in the text: all content
 _ARGS = object()  # a JSON-plain text without route_guard (route_space: nor trailing space): call route_call's arguments
+_ARGS_MATCH = object()  # a JSON-plain text route_match finds nothing in: call route_call's arguments
 _ANY_CONTENT = object()  # any text is content
+_NO_MATCH = re.compile("(?!)").search
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,7 @@ class ArgsPiece(Piece):
 
 class ChoiceStream:
     __slots__ = ("count", "detok", "finished", "held", "index", "reasoning", "route", "route_call", "route_guard",
-                 "route_space", "spec", "started", "stops", "text_offset", "tool")
+                 "route_match", "route_space", "spec", "started", "stops", "text_offset", "tool")
 
     def __init__(self, spec: StreamSpec, index: int, *, detok: ByteLevelDetokenizer | WindowDetokenizer,
                  stops: StopStrings | None, reasoning: ReasoningParser | None, tool: ToolParser | None,
@@ -126,6 +129,7 @@ class ChoiceStream:
         self.route_guard = ""
         self.route_call = 0
         self.route_space = False
+        self.route_match: Callable[[str], object] = _NO_MATCH
 
     # --- construction ----------------------------------------------------------------------------
     @classmethod
@@ -305,6 +309,9 @@ class ChoiceStream:
         elif route is _ARGS:
             if is_plain(text) and self.route_guard not in text and not (self.route_space and text[-1].isspace()):
                 return ArgsPiece(self.route_call, text, n)
+        elif route is _ARGS_MATCH:
+            if is_plain(text) and self.route_match(text) is None:  # (plain_args_guard a pattern)
+                return ArgsPiece(self.route_call, text, n)
         elif route is _ANY_CONTENT:
             return Piece(text, "", (), n)
         piece = self._parse(text, False)
@@ -327,6 +334,11 @@ class ChoiceStream:
             if guard:
                 self.route, self.route_guard = _REASONING, guard
                 return
+            if tool is None:  # (harmony: the parser in the reasoning slot makes the calls too)
+                call = reasoning.plain_args_call()
+                if call is not None and (self.spec.parallel_tool_calls or call == 0):
+                    self._route_args(call, reasoning.plain_args_guard(), "", False)
+                    return
             outer = reasoning.plain_content_guard() or ""
             if not outer:
                 return
@@ -335,17 +347,24 @@ class ChoiceStream:
             return
         call = tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
         if call is not None and not self.spec.drop_tool_calls:
-            guard = tool.plain_args_guard()
-            if outer and guard not in (outer, "\x00"):  # (two guards: feed the parsers)
-                return
-            self.route, self.route_call, self.route_guard = _ARGS, call, outer or guard
-            self.route_space = tool.plain_args_hold_space
+            self._route_args(call, tool.plain_args_guard(), outer, tool.plain_args_hold_space)
             return
         guard = tool.plain_content_guard()
         if guard is None or (outer and guard not in (outer, "")):
             return
         guard = guard or outer
         self.route, self.route_guard = (_CONTENT, guard) if guard else (_ANY_CONTENT, "")
+
+    def _route_args(self, call: int, guard: str | re.Pattern[str], outer: str, space: bool) -> None:
+        """The arguments route of call ``call`` under the parser's ``guard`` (a character: _ARGS; a
+        pattern: _ARGS_MATCH) and ``outer``, the reasoning parser's content guard ("": none); none
+        where one test cannot hold both."""
+        if isinstance(guard, str):
+            if outer and guard not in (outer, "\x00"):  # (two guards: feed the parsers)
+                return
+            self.route, self.route_call, self.route_guard, self.route_space = _ARGS, call, outer or guard, space
+        elif not space and (not outer or guard.search(outer) is not None):
+            self.route, self.route_call, self.route_match = _ARGS_MATCH, call, guard.search
 
     def _parse(self, text: str, done: bool) -> Piece:
         piece = self._split(text, done)

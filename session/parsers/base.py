@@ -7,6 +7,7 @@ contract, the state and ``needs_special_tokens``: docs/parsers.md.
 from __future__ import annotations
 
 import abc
+import re
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Self
 
@@ -109,6 +110,16 @@ class ReasoningParser(abc.ABC):
         (e.g. ``</think>``). None: no such shortcut now (the default)."""
         return None
 
+    def plain_args_call(self) -> int | None:
+        """For a parser that makes the tool calls too (harmony, with no tool parser after it): as
+        ToolParser.plain_args_call (with ``parallel_tool_calls`` false, only call 0). None: no
+        such shortcut now (the default)."""
+        return None
+
+    def plain_args_guard(self) -> str | re.Pattern[str]:
+        """With :meth:`plain_args_call`: as ToolParser.plain_args_guard."""
+        return "\x00"
+
 
 class ToolParser(abc.ABC):
     """Splits content into plain content and tool calls. Returns ``ParsedDelta`` with only
@@ -162,10 +173,14 @@ class ToolParser(abc.ABC):
         None: no such shortcut now (the default)."""
         return None
 
-    def plain_args_guard(self) -> str:
+    def plain_args_guard(self) -> str | re.Pattern[str]:
         """With :meth:`plain_args_call`: a character the text must also not contain (the first
         character of the markers that can end the argument, e.g. ``"<"`` before ``</parameter>``);
-        ``"\x00"``, which no plain text holds, when only ``is_plain`` matters (the default)."""
+        ``"\x00"``, which no plain text holds, when only ``is_plain`` matters (the default). Or a
+        compiled pattern the text must have no match of, where one character cannot say it (a
+        reader that also holds a trailing ``}`` or counts parentheses: gemma4; an output that
+        escapes non-ASCII: harmony); :attr:`plain_args_hold_space` is then part of the pattern.
+        ``json_stream.is_plain_without`` is the test."""
         return "\x00"
 
     def plain_content_guard(self) -> str | None:

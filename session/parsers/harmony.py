@@ -6,6 +6,7 @@ The full rules: docs/parsers.md, "gpt-oss harmony".
 from __future__ import annotations
 
 import functools
+import re
 from typing import Any, ClassVar, Self
 
 from .base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
@@ -21,6 +22,9 @@ STOPS = ("<|end|>", "<|call|>", "<|return|>")
 # this is not a header: the rest of the output is content (docs: harmony, deliberate differences).
 HEADER_MAX = 256
 ARGS_HOLD = 64  # raw argument text held until the JSON reader shows the arguments are JSON
+# The arguments shortcut's guard (ToolParser.plain_args_guard) inside a JSON string argument: a "<"
+# (every stop marker starts with one) or a non-ASCII character (escaped on output, as vLLM's JSON).
+ARGS_GUARD = re.compile("[<\x80-\U0010ffff]")
 ROLES = ("user", "assistant", "system", "developer", "tool")
 BUILTIN_TOOLS = ("python", "browser", "container")  # vLLM's BUILTIN_TOOL_TO_MCP_SERVER_LABEL
 
@@ -456,6 +460,28 @@ class HarmonyMachine:
     def in_plain_reasoning(self) -> bool:
         return self.mode == "C" and self.kind == "r" and self.nonempty and not self.held
 
+    def in_plain_content(self) -> bool:
+        """In a content message past its first text, nothing held: a text without "<" is content."""
+        return self.mode == "C" and self.kind == "c" and self.nonempty and not self.held
+
+    def plain_args_call(self, parallel: bool) -> int | None:
+        """The call whose arguments a text covered by :meth:`plain_args_guard` goes to unchanged
+        (ToolParser.plain_args_call): inside a JSON string of arguments that already streamed, or
+        in raw (non-JSON) arguments, nothing held."""
+        if self.mode != "C" or self.kind != "t" or self.held:
+            return None
+        if not self.raw_args:
+            js = self.js
+            if js is None or not self.committed or js.failed or not js.in_plain_string:
+                return None
+        index = self.calls - 1
+        return index if parallel or index == 0 else None
+
+    def plain_args_guard(self) -> str | re.Pattern[str]:
+        """Raw arguments pass on as they are ("<" may start a stop marker); a JSON string's text
+        only when it is ASCII too (the arguments are ``json.dumps`` with ``ensure_ascii``)."""
+        return "<" if self.raw_args else ARGS_GUARD
+
 
 class _HarmonyReasoningBase(ReasoningParser):
     """The machine in the reasoning slot: it returns reasoning, content and tool calls."""
@@ -496,6 +522,15 @@ class _HarmonyReasoningBase(ReasoningParser):
     def plain_reasoning_guard(self) -> str | None:
         return "<" if self.machine.in_plain_reasoning() else None
 
+    def plain_content_guard(self) -> str | None:
+        return "<" if self.machine.in_plain_content() else None
+
+    def plain_args_call(self) -> int | None:
+        return self.machine.plain_args_call(self.ctx.parallel_tool_calls)
+
+    def plain_args_guard(self) -> str | re.Pattern[str]:
+        return self.machine.plain_args_guard()
+
 
 class HarmonyReasoningParser(_HarmonyReasoningBase):
     """``--reasoning-parser openai_gptoss``: analysis → reasoning, final / preamble → content."""
@@ -535,6 +570,15 @@ class HarmonyToolParser(ToolParser):
     @property
     def calls_made(self) -> int:
         return self.machine.calls
+
+    def plain_content_guard(self) -> str | None:
+        return "<" if self.machine.in_plain_content() else None
+
+    def plain_args_call(self) -> int | None:
+        return self.machine.plain_args_call(self.ctx.parallel_tool_calls)
+
+    def plain_args_guard(self) -> str | re.Pattern[str]:
+        return self.machine.plain_args_guard()
 
 
 @functools.cache

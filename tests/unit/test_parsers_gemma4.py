@@ -15,8 +15,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot, ParserContext
+from session.parsers.base import ParsedDelta, ToolCallDelta
 from session.parsers.reasoning.gemma4 import Gemma4ReasoningParser
 from session.parsers.tool.gemma4 import DROPPED, Gemma4ToolParser
+from session.parsers.tool.gemma4_args import PLAIN_GUARD
+from session.parsers.tool.json_stream import is_plain_without
 from session.parsers.tool.schema_values import always_string, coerce, types_of
 
 from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
@@ -382,3 +385,93 @@ def test_the_gemma4_tokenizer_has_the_markers_at_their_ids(tokenizer: Any) -> No
     chunks = [tok.decode([i], skip_special_tokens=False) for i in enc]
     assert chained(chunks) == Split(content="Sure.", reasoning="Weather.",
                                     calls=(("get_weather", '{"location": "Paris", "days": 2}'),))
+
+
+# -- the derenderer's shortcut inside a string argument ------------------------------------------
+
+
+def skipping(chunks: list[str], ctx: ParserContext = CTX["auto"], skipped: list[str] | None = None) -> Split:
+    """As :func:`chained`, but as the derenderer steps: a chunk the reasoning parser passes on as
+    content (plain_content_guard) that the tool parser's arguments shortcut covers
+    (plain_args_call, plain_args_guard) is the call's arguments, and neither parser is fed (the
+    chunks skipped so are appended to ``skipped``)."""
+    reasoning, tool = R(ctx), T(ctx)
+    deltas = []
+    for chunk in chunks:
+        outer, call = reasoning.plain_content_guard(), tool.plain_args_call()
+        if chunk and outer is not None and call is not None and outer not in chunk \
+                and is_plain_without(chunk, tool.plain_args_guard()):
+            deltas.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
+            if skipped is not None:
+                skipped.append(chunk)
+            continue
+        r = reasoning.feed(chunk)
+        t = tool.feed(r.content)
+        t.reasoning = r.reasoning
+        deltas.append(t)
+    r = reasoning.finish()
+    t = tool.feed(r.content)
+    t.extend(tool.finish())
+    t.reasoning = r.reasoning
+    deltas.append(t)
+    return fold(deltas)
+
+
+@pytest.mark.parametrize("mode", sorted(CTX))
+def test_the_args_shortcut_inside_a_string_argument_splits_as_feeding(mode: str) -> None:
+    ctx = CTX[mode]
+    head = ["<|channel>thought\nHm.<channel|>Ok.", "<|tool_call>", "call:search{", "query:", D, "Par"]
+    # each piece the reader would hold or count goes through the parsers: a trailing space or "}",
+    # a "(" / ")", a "<" (a delimiter, a marker); the rest is skipped
+    body = ["is", " a", " city ", "of", " 東京 😀", ' "q"', "\\n", "f(x)", " a}", "b", "))", "<eos>", "c", "\n", ".",
+            D, ",tags:[", D, "x", " y", D, ",", D, "z z", "<|", '"|>', "]", ",filters:{lang:", D, "fr", D, "}",
+            ",query:", D, "tail", "  "]
+    chunks = [*head, *body, "<tool_call|>", "Bye."]
+    reasoning, tool = R(ctx), T(ctx)
+    for chunk in head:
+        tool.feed(reasoning.feed(chunk).content)
+    reported = mode in ("auto", "single")
+    assert reasoning.plain_content_guard() == "<"
+    assert tool.plain_args_call() == (0 if reported else None)
+    assert tool.plain_args_guard() is PLAIN_GUARD
+    for cut in (len(chunks) - 1, len(chunks)):  # ending inside the string too (its trailing run is stripped)
+        skipped: list[str] = []
+        assert skipping(chunks[:cut], ctx, skipped) == chained(["".join(chunks[:cut])], ctx)
+        # (after a text whose end the reader holds, the next one is fed: "of", "b", "c", ".")
+        assert skipped == (["Par", "is", " a", " 東京 😀", "x", " y", "z z", "fr", "tail"] if reported else [])
+
+
+def test_the_args_shortcut_covers_what_streams_unchanged() -> None:
+    for text, covered in (("plain words", True), ("東京 😀", True), ("x.", True), ("a{b", True),
+                          ("word ", False), ("word\u3000", False), ("a}", False), ("f(x", False), ("x)", False),
+                          ("a<b", False), ('"q"', False), ("\n", False)):
+        assert is_plain_without(text, PLAIN_GUARD) is covered, text
+
+
+HEADS = ["", f"<|tool_call>call:search{{query:{D}", f"<|tool_call>call:search{{tags:[{D}a{D},{D}",
+         f"<|tool_call>call:search{{filters:{{lang:{D}", f"<|tool_call>call:plain_tool{{a:{{b:[{D}",
+         f"<|tool_call>call:search{{filters:{{lang:1.,q:{D}", f"<|tool_call>call:get_weather{{days:{D}"]
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=texts, plain=st.sampled_from(["plain words", "東京 😀", "x.", "a{b", "1", "é", "word ", "a}", "f(x)"]),
+       data=st.data())
+def test_where_the_args_shortcut_is_offered_feeding_returns_the_text_and_changes_nothing(
+        text: str, plain: str, data: st.DataObject) -> None:
+    """After any text, split anywhere: where the shortcut is offered and covers ``plain``, feeding
+    it returns exactly ``plain`` as the call's arguments and leaves the state as it was; and the
+    derenderer's skipping split equals the one-shot one."""
+    ctx = CTX[data.draw(st.sampled_from(["auto", "single"]))]
+    text = data.draw(st.sampled_from(HEADS)) + text
+    tool = T(ctx)
+    for chunk in split_at(text, data.draw(st.lists(st.integers(0, len(text)), max_size=10))):
+        tool.feed(chunk)
+        call = tool.plain_args_call()
+        if call is not None and is_plain_without(plain, tool.plain_args_guard()):
+            twin = T.restore(ctx, json.loads(json.dumps(tool.snapshot())))
+            before = twin.snapshot()
+            got = twin.feed(plain)
+            assert (got.content, [(c.index, c.name, c.arguments) for c in got.tool_calls]) == ("", [(call, None, plain)])
+            assert twin.snapshot() == before
+    chunks = split_at(text + plain * 3, data.draw(st.lists(st.integers(0, len(text) + 3 * len(plain)), max_size=20)))
+    assert skipping(chunks, ctx) == chained([text + plain * 3], ctx)

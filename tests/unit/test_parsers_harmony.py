@@ -13,7 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot, ParserContext
+from session.parsers.base import ParsedDelta, ReasoningParser, ToolCallDelta
 from session.parsers.harmony import (
+    ARGS_GUARD,
     HEADER_MAX,
     HarmonyReasoningParser,
     HarmonyToolParser,
@@ -22,7 +24,8 @@ from session.parsers.harmony import (
     is_harmony_model,
     parse_header,
 )
-from tests.unit.parsers_harness import Split, one_shot, random_splits, split_at, streamed
+from session.parsers.tool.json_stream import is_plain_without
+from tests.unit.parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
 ORACLE = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "harmony_oracle.json").read_text(encoding="utf-8"))
 CONFIGS = {"none": (False, False), "r": (True, False), "t": (False, True), "rt": (True, True)}
@@ -173,3 +176,88 @@ def test_restore_rejects_other_states() -> None:
         cls.restore(CTX, {"p": cls.name, "m": "Q"})
     with pytest.raises(MalformedSnapshot):
         HarmonyToolParser.restore(CTX, {"p": "openai", "m": "H", "b": "x" * 2000})
+
+
+# -- the derenderer's shortcuts: plain reasoning, content and arguments --------------------------
+
+
+def skipping(cls: Any, chunks: list[str], ctx: ParserContext = CTX, skipped: list[str] | None = None) -> Split:
+    """Feed ``chunks`` as the derenderer steps: a chunk one of the parser's shortcuts covers is not
+    fed but taken as what the shortcut promises (and appended to ``skipped``)."""
+    parser = cls(ctx)
+    deltas = []
+    for chunk in chunks:
+        guard = parser.plain_reasoning_guard() if isinstance(parser, ReasoningParser) else None
+        content, call = parser.plain_content_guard(), parser.plain_args_call()
+        promise = None
+        if chunk and guard is not None and guard not in chunk:
+            promise = ParsedDelta(reasoning=chunk)
+        elif chunk and content is not None and content not in chunk:
+            promise = ParsedDelta(content=chunk)
+        elif chunk and call is not None and is_plain_without(chunk, parser.plain_args_guard()):
+            promise = ParsedDelta(tool_calls=[ToolCallDelta(call, None, chunk)])
+        if promise is None:
+            deltas.append(parser.feed(chunk))
+        else:
+            deltas.append(promise)
+            if skipped is not None:
+                skipped.append(chunk)
+    deltas.append(parser.finish())
+    return fold(deltas)
+
+
+CALL_HEAD = "<|start|>assistant<|channel|>commentary to=functions.write_file <|constrain|>json<|message|>"
+
+
+@pytest.mark.parametrize("cls", [harmony_parser(True, True), HarmonyToolParser], ids=["reasoning_slot", "tool_slot"])
+@pytest.mark.parametrize("parallel", [True, False])
+def test_the_shortcuts_split_as_feeding(cls: Any, parallel: bool) -> None:
+    ctx = ParserContext(parallel_tool_calls=parallel)
+    chunks = ["<|channel|>analysis<|message|>", "Let", " me", " think", " <", "|end|>",
+              "<|start|>assistant<|channel|>final<|message|>", "Here", " it", " is", "<|end|>",
+              CALL_HEAD, '{"path"', ': "', "plan", ".md", '", "content": "', "Mon", "day", " 東京", " rain", "\\n",
+              " walk", " a<b", " c", '"', "}", "<|call|>",
+              CALL_HEAD, '{"a": "', "x", " y", "<|ca", "ll|>",
+              "<|start|>assistant<|channel|>commentary to=functions.f <|constrain|>xml<|message|>", "<a>", "raw",
+              " text", "</a>", "<|call|>"]
+    skipped: list[str] = []
+    assert skipping(cls, chunks, ctx, skipped) == one_shot(cls, "".join(chunks), ctx)
+    # a JSON string's ASCII text, raw arguments; (parallel_tool_calls false: the first call's only)
+    args = ["plan", ".md", "Mon", "day", " rain", " walk", " c", *(("x", " y", "raw", " text") if parallel else ())]
+    if cls is HarmonyToolParser:  # (content only: the tool slot drops analysis)
+        assert skipped == [" it", " is", *args]
+    else:
+        assert skipped == [" me", " think", " it", " is", *args]
+    parser = cls(ctx)
+    parser.feed("".join(chunks[:chunks.index("Mon") + 1]))
+    assert parser.plain_args_call() == 0
+    assert parser.plain_args_guard() is ARGS_GUARD
+
+
+@settings(max_examples=300, deadline=None)
+@given(parts=st.lists(st.sampled_from([*FRAGMENTS, CALL_HEAD + '{"a": "', "x", " y", "東京"]), max_size=30),
+       plain=st.sampled_from(["plain words", "東京", "x", "a<b", '"', "é"]), data=st.data())
+def test_where_a_shortcut_is_offered_feeding_returns_the_promise_and_changes_nothing(
+        parts: list[str], plain: str, data: st.DataObject) -> None:
+    cls = data.draw(st.sampled_from([harmony_parser(True, True), HarmonyToolParser]))
+    ctx = ParserContext(parallel_tool_calls=data.draw(st.booleans()))
+    text = "".join(parts)
+    parser = cls(ctx)
+    for chunk in split_at(text, data.draw(st.lists(st.integers(0, len(text)), max_size=10))):
+        parser.feed(chunk)
+        promises = []
+        if isinstance(parser, ReasoningParser) and parser.plain_reasoning_guard() not in (None, *plain):
+            promises.append(("", plain, []))
+        if parser.plain_content_guard() not in (None, *plain):
+            promises.append((plain, "", []))
+        call = parser.plain_args_call()
+        if call is not None and is_plain_without(plain, parser.plain_args_guard()):
+            promises.append(("", "", [(call, None, plain)]))
+        for promise in promises:
+            twin = cls.restore(ctx, json.loads(json.dumps(parser.snapshot())))
+            before = twin.snapshot()
+            got = twin.feed(plain)
+            assert (got.content, got.reasoning, [(c.index, c.name, c.arguments) for c in got.tool_calls]) == promise
+            assert twin.snapshot() == before
+    chunks = split_at(text + plain * 3, data.draw(st.lists(st.integers(0, len(text) + 3 * len(plain)), max_size=20)))
+    assert skipping(cls, chunks, ctx) == one_shot(cls, text + plain * 3, ctx)

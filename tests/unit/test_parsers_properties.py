@@ -33,6 +33,7 @@ from session.parsers.tool import (
     PythonicToolParser,
     RequiredToolChoiceParser,
 )
+from session.parsers.tool.gemma4 import Gemma4ToolParser
 from session.parsers.tool.glm import GlmToolParser
 from session.parsers.tool.json_stream import is_plain_without
 from session.parsers.tool.kimi_k2 import KimiK2ToolParser
@@ -121,6 +122,9 @@ def _promises(parser: ToolParser | ReasoningParser, text: str) -> list[tuple[str
             assert len(guard) == 1
             if guard not in text:
                 out.append((text, "", []))
+        call = parser.plain_args_call()  # (harmony: the reasoning slot makes the calls too)
+        if call is not None and is_plain_without(text, parser.plain_args_guard()):
+            out.append(("", "", [(call, None, text)]))
         return out
     call = parser.plain_args_call()
     if call is not None and is_plain_without(text, parser.plain_args_guard()) \
@@ -168,12 +172,19 @@ def test_a_text_a_shortcut_covers_feeds_as_promised_and_changes_nothing(
     (Llama3JsonToolParser, AUTO, "Not a call", "content any"),
     (PythonicToolParser, AUTO, "Not a list", "content any"),
     (DeepSeekV3ToolParser, AUTO, "Hi", "content <"),
+    (REASONING_PARSERS["gemma4"], AUTO, "<|channel>thought\nhm<channel|>", "content <"),
+    (Gemma4ToolParser, AUTO, '<|tool_call>call:get_weather{city:<|"|>Par', "args 0"),
+    (harmony_parser(True, True), AUTO, "<|channel|>final<|message|>Hi", "content <"),
+    (harmony_parser(True, True), AUTO, '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "x',
+     "args 0"),
 ], ids=lambda v: v if isinstance(v, str) else getattr(v, "name", ""))
 def test_the_shortcuts_are_offered_where_a_stream_spends_its_time(cls: AnyParser, ctx: ParserContext, prefix: str,
                                                                  shortcut: str) -> None:
     parser = cls(ctx)
     parser.feed(prefix)
-    if isinstance(parser, ReasoningParser):
+    if isinstance(parser, ReasoningParser) and parser.plain_args_call() is not None:
+        offered = f"args {parser.plain_args_call()}"
+    elif isinstance(parser, ReasoningParser):
         offered = "passthrough" if parser.passthrough else f"reasoning {parser.plain_reasoning_guard()}" \
             if parser.plain_content_guard() is None else f"content {parser.plain_content_guard()}"
     elif parser.plain_args_call() is not None:

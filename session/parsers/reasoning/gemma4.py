@@ -73,6 +73,10 @@ class Gemma4ReasoningParser(ModalReasoningParser):
             raise ValueError(head)
         self._head, self._ws, self._span = head, str(state["w"]), bool(state["t"])
 
+    def plain_content_guard(self) -> str | None:
+        # After the reasoning every marker still read starts with "<"; other text is content as it is.
+        return "<" if self._mode == "content" and not self._buf else None
+
     # -- splitting ---------------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> ParsedDelta:
         out = ParsedDelta()

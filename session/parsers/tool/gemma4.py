@@ -5,11 +5,12 @@ The full rules: docs/parsers.md (the family's section: its split, state and ever
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
-from .gemma4_args import ArgsReader
+from .gemma4_args import PLAIN_GUARD, ArgsReader
 from .json_stream import without_lone_surrogates
 from .schema_values import properties_of
 from .streaming import StreamingToolParser
@@ -79,6 +80,17 @@ class Gemma4ToolParser(StreamingToolParser):
     def plain_content_guard(self) -> str | None:
         # Only without the whitespace rules (tool_choice "none" with tools) is plain text content as it is.
         return "<" if self._suppress and self._mode == "text" and not self._buf else None
+
+    def plain_args_call(self) -> int | None:
+        # Inside a delimited string of a returned call, nothing held here or in the reader.
+        args = self._args
+        if self._buf or self._mode != "args" or args is None or not args.in_plain_string:
+            return None
+        index = self._calls - 1
+        return index if self._kept(index) else None
+
+    def plain_args_guard(self) -> re.Pattern[str]:
+        return PLAIN_GUARD
 
     # -- splitting ---------------------------------------------------------------------------
     def _process(self, text: str, final: bool) -> None:

@@ -5,6 +5,7 @@ The full rules: docs/parsers.md (the family's section: its split, state and ever
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from .json_stream import dumps, string_body
@@ -19,6 +20,12 @@ _END_OBJ_BARE = frozenset(",}]")  # what ends a bare value in an object
 _END_ARR_BARE = frozenset(",]")  # and in an array
 
 Token = str | int
+
+# With ArgsReader.in_plain_string: what a JSON-plain text must not hold to stream exactly as it is
+# (json_stream.is_plain + this is the whole test): a "<" (a delimiter, or a marker for the tool
+# parser), a "(" or ")" (counted for the closing ")" rule), or a trailing whitespace or "}" (held:
+# the converter may strip them at the end).
+PLAIN_GUARD = re.compile(r"[<()]|[\s}]\Z")
 
 
 def _dict_or_none(value: Any) -> dict[str, Any] | None:
@@ -117,6 +124,19 @@ class ArgsReader:
                 value_schema = parent.sch
             level.sch = _child_schema(level.k, value_schema)
         return reader
+
+    @property
+    def in_plain_string(self) -> bool:
+        """Inside a delimited string that streams as it is, nothing held (no partial delimiter, no
+        trailing run, no output held after a "." value): :data:`PLAIN_GUARD` says which texts then
+        come out exactly as they are and change nothing."""
+        if not self._started or self._pend or self._dp:
+            return False
+        levels = self._levels
+        top = levels[-1]
+        if top.s != "str" or top.hold or any(lv.mark >= 0 for lv in levels):
+            return False
+        return all(lv.si for lv in levels[1:])
 
     def _take(self) -> str:
         out = "".join(self._out)
