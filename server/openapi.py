@@ -15,6 +15,7 @@ from typing import Any
 from pydantic import TypeAdapter
 
 from server.routing import Route
+from session.protocol.responses import INCLUDE_VALUES
 
 _OPENAI_ERROR = {
     "type": "object",
@@ -131,7 +132,19 @@ def _generate_stream_response(s: Schema) -> None:
                   {"properties": {"usage": {"type": "object"}}, "required": ["usage"]}]
 
 
+def _responses_request(s: Schema) -> None:
+    # session.protocol.responses: refused values, and the input list needs an item
+    _prop(s, "input", _non_empty)
+    _prop(s, "background", lambda p: {"anyOf": [{"const": False}, {"type": "null"}], "default": False,
+                                      "description": "Background responses are not supported."})
+    _prop(s, "conversation", _only_null("Not supported: chain responses with previous_response_id."))
+    _prop(s, "prompt", _only_null("Prompt templates are not supported."))
+    _prop(s, "include", lambda p: {"anyOf": [{"type": "array", "items": {"enum": list(INCLUDE_VALUES)}},
+                                             {"type": "null"}], "default": None})
+
+
 REFINEMENTS: dict[str, Callable[[Schema], None]] = {
+    "ResponsesRequest": _responses_request,
     "ChatCompletionRequest": _chat_request,
     "MessagesRequest": _messages_request,
     "TokenizeChatRequest": _tokenize_chat_request,
@@ -187,10 +200,12 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     defs: dict[str, Any] = {"Error": _OPENAI_ERROR, "AnthropicError": _ANTHROPIC_ERROR}
     for route in routes:
+        # a path parameter's Starlette convertor (``{response_id:response_id}``) is not part of the path
+        path = re.sub(r"{(\w+):\w+}", r"{\1}", route.path)
         for method in route.methods:
             op: dict[str, Any] = {
                 "summary": route.summary or route.path,
-                "operationId": f"{method.lower()}_{route.path.strip('/').replace('/', '_') or 'root'}",
+                "operationId": f"{method.lower()}_{re.sub('[{}]', '', path).strip('/').replace('/', '_') or 'root'}",
                 "tags": list(route.tags or (route.group.value,)),
                 "responses": {
                     "default": {"description": "Error",
@@ -210,7 +225,7 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
                 op["responses"][str(status)] = {
                     "description": description,
                     "content": {"application/json": {"schema": _schema(model, defs)}}}
-            names = re.findall(r"{(\w+)}", route.path)
+            names = re.findall(r"{(\w+)}", path)
             if names:  # path parameters (``/v1/responses/{response_id}``)
                 op["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
                                     for n in names]
@@ -223,7 +238,7 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
                 op["responses"]["415"] = {
                     "description": "The body was not sent as application/json (no Content-Type, text/plain, a form)",
                     "content": {"application/json": {"schema": _error_ref(route)}}}
-            paths.setdefault(route.path, {})[method.lower()] = op
+            paths.setdefault(path, {})[method.lower()] = op
     _refine(defs)
     return {
         "openapi": "3.1.0",

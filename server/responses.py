@@ -30,6 +30,10 @@ from server.pipeline import Pipeline
 from server.render_work import json_size, render_work
 from server.responses_store import MemoryStore, ResponseStore
 from server.services import services_of
+from session.errors import InvalidRequest, SessionError, StateError
+from session.protocol.openai import ChatCompletionRequest
+from session.protocol.responses import ResponsesRequest
+from session.responses.convert import ChatConversion, input_items, parse_items, to_chat
 from session.responses.events import (
     ResponseEvents,
     call_id_of,
@@ -39,10 +43,6 @@ from session.responses.events import (
     shape_of,
     usage_of,
 )
-from session.errors import InvalidRequest, SessionError, StateError
-from session.protocol.openai import ChatCompletionRequest
-from session.protocol.responses import ResponsesRequest
-from session.responses.convert import ChatConversion, input_items, parse_items, to_chat
 from session.state import StateBinding, StateCodec, context_digest
 
 log = logging.getLogger("tokenwire.responses")
@@ -280,11 +280,13 @@ class ResponseStream:
         self.stream = stream
         self.id = prep.id
         self._cancelled = False
+        self._scope = anyio.CancelScope()
         self.events_out = ResponseEvents(prep.shape, response_id=prep.id, created_at=prep.created,
                                          names=prep.chat.names, seal=service._sealer(prep.req))
 
     def cancel(self) -> None:
         self._cancelled = True
+        self._scope.cancel()
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         svc, rs, prep = self.service, self.events_out, self.prep
@@ -298,15 +300,14 @@ class ResponseStream:
         try:
             for ev in rs.start():
                 yield ev
-            async with self.stream.running():
-                async for chunk in chunks:
-                    usage = chunk.get("usage")
-                    if usage:
-                        prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-                    for ev in rs.push(chunk):
-                        yield ev
-                    if self._cancelled:
-                        break
+            with self._scope:  # cancel() stops the wait for the engine's next output too
+                async with self.stream.running():
+                    async for chunk in chunks:
+                        usage = chunk.get("usage")
+                        if usage:
+                            prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+                        for ev in rs.push(chunk):
+                            yield ev
             if self._cancelled:
                 for ev in rs.cancel():
                     yield ev

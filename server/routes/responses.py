@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
 
@@ -26,6 +27,23 @@ from server.sse import sse
 from session.protocol.responses import ResponsesRequest
 
 SSE_HEADERS = {"Cache-Control": "no-cache", "X-Accel-Buffering": "no"}
+
+
+class _ResponseId(Convertor[str]):
+    """A response id in a path: any segment but the names of the sibling routes (``render``,
+    ``input_tokens``), so that ``/v1/responses/render`` is never read as a response's path."""
+
+    regex = r"(?!(?:render|input_tokens)(?:/|$))[^/]+"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("response_id", _ResponseId())
+ID = "{response_id:response_id}"
 
 
 class _Open(BaseModel):
@@ -145,12 +163,12 @@ def routes() -> list[Route]:
         Route("/v1/responses/input_tokens", input_tokens, g,
               summary="OpenAI responses.input_tokens.count: the prompt tokens the request renders to",
               request_model=ResponsesRequest, response_model=InputTokenCount, tags=tags),
-        Route("/v1/responses/{response_id}", retrieve_or_delete, g, methods=("GET", "DELETE"),
+        Route(f"/v1/responses/{ID}", retrieve_or_delete, g, methods=("GET", "DELETE"),
               summary="A stored response (GET), or delete it (DELETE)", response_model=ResponseObject | ResponseDeleted,
               tags=tags),
-        Route("/v1/responses/{response_id}/cancel", cancel, g, summary="Cancel a stored response still running",
+        Route(f"/v1/responses/{ID}/cancel", cancel, g, summary="Cancel a stored response still running",
               response_model=ResponseObject, tags=tags),
-        Route("/v1/responses/{response_id}/input_items", input_items, g, methods=("GET",),
+        Route(f"/v1/responses/{ID}/input_items", input_items, g, methods=("GET",),
               summary="The input items of a stored response", response_model=InputItemList, tags=tags),
         Route("/v1/responses/render", render, RouteGroup.RENDER,
               summary="Render a Responses request into an engine request (stateless, vLLM's shape)",

@@ -9,12 +9,16 @@ output equals the JSON answer; the store, ``previous_response_id``, sealed reaso
 from __future__ import annotations
 
 import json
+import socket
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import openai
 import orjson
 import pytest
+import uvicorn
 from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import TypeAdapter
 from starlette.testclient import TestClient
@@ -27,6 +31,7 @@ from server.gating import decide
 from server.settings import Mode, Settings
 from tests.conftest import asset_path, tokenizer_of
 from tests.support.scripted_engine import ScriptedEngine
+from tests.support.waiting import wait_until
 
 SECRET = b"test-state-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 OTHER_SECRET = b"another-state-secret-9876543210-zyxwvutsrqponmlkjihgfedcba"
@@ -412,3 +417,52 @@ def test_openapi_lists_the_routes(front: TestClient) -> None:
 
 
 
+
+
+# --- cancel, on a real socket (a TestClient answers a stream only once it has ended) --------------
+
+
+@pytest.fixture(scope="module")
+def served(engine: ScriptedEngine) -> Iterator[str]:
+    settings = Settings(mode=Mode.RENDER, model_dir=asset_path("qwen3"), served_model_name="qwen3", environ={},
+                        engine_url=engine.url, tool_call_parser="hermes", enable_auto_tool_choice=True,
+                        reasoning_parser="qwen3", state_secret=SECRET)
+    ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}, has_engine_url=True),
+                        tokenizer=tokenizer_of("qwen3"), max_model_len=4096, engine=create_engine(settings, 4096))
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(create_app(ctx), log_level="critical", lifespan="on",
+                                           timeout_graceful_shutdown=1))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
+    thread.start()
+    try:
+        wait_until(lambda: server.started, "the front end to start", timeout=60, interval=0.01)
+        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
+    finally:
+        server.should_exit = True
+        thread.join(10)
+
+
+def test_cancel_stops_a_running_stream_and_its_engine_request(served: str, engine: ScriptedEngine) -> None:
+    engine.fault = "hang_after_one"  # one output, then the engine is silent: the response stays in progress
+    aborted = len(engine.aborted)
+    try:
+        with httpx.Client(base_url=served, timeout=30) as http, \
+                http.stream("POST", "/v1/responses", json={"input": "Weather?", "stream": True}) as stream:
+            lines = stream.iter_lines()
+            first = orjson.loads(next(line for line in lines if line.startswith("data: "))[6:])
+            rid = first["response"]["id"]
+            assert http.get(f"/v1/responses/{rid}").json()["status"] == "in_progress"
+            r = http.post(f"/v1/responses/{rid}/cancel")
+            assert r.status_code == 200, r.text
+            assert r.json()["status"] == "cancelled"
+            rest = [orjson.loads(line[6:]) for line in lines if line.startswith("data: ")]
+            assert rest[-1]["type"] == "response.incomplete" and rest[-1]["response"]["status"] == "cancelled"
+            for event in [first, *rest]:
+                EVENTS.validate_python(event)
+            wait_until(lambda: len(engine.aborted) > aborted, "the engine request to be aborted", timeout=10,
+                       interval=0.01)
+            assert http.get(f"/v1/responses/{rid}").json()["status"] == "cancelled"
+            assert http.post(f"/v1/responses/{rid}/cancel").status_code == 400  # no longer running
+    finally:
+        engine.fault = None

@@ -2,7 +2,8 @@
 module (``SCHEMATHESIS_HOOKS=tests.support.fuzz_checks``; see ``tests/e2e/test_http_fuzz.py``).
 
 - ``error_envelope``: every 4xx is the API's JSON error envelope with a message: OpenAI's
-  ``{"error": {"message", "type", "param", "code"}}`` (``code`` equal to the status), or Anthropic's
+  ``{"error": {"message", "type", "param", "code"}}`` (``code`` equal to the status, or one of
+  OpenAI's named codes, :data:`NAMED_CODES`), or Anthropic's
   ``{"type": "error", "error": {"type", "message"}}`` on ``/v1/messages``.
 - ``accepts_valid_data``: schemathesis' ``positive_data_acceptance`` (a body the document calls
   valid is accepted), except 400s for the rules the document leaves out on purpose
@@ -28,7 +29,12 @@ SEMANTIC_PARAMS = frozenset((
     "chat_template_kwargs", "stop", "stop_sequences", "echo", "seed", "temperature", "top_p", "top_k", "min_p",
     "repetition_penalty", "assistant_tokens_mask", "output_mode", "extra_args", "vllm_xargs",
     "kv_transfer_params", "cache_salt", "model", "body", "continue_final_message", "add_generation_prompt",
-    "stream_options", "features"))
+    "stream_options", "features",
+    # the Responses API's: its input items' rules (a call's output after the call, images, sealed
+    # reasoning), the store's state (previous_response_id), the context length, the schema's features
+    "input", "previous_response_id", "response_id", "max_output_tokens", "text"))
+# OpenAI's string error codes, where its API names one (server/responses.py)
+NAMED_CODES = frozenset(("previous_response_not_found",))
 
 
 def _anthropic(case: Any) -> bool:
@@ -53,7 +59,8 @@ def error_envelope(ctx: Any, response: Any, case: Any) -> bool | None:
     else:
         err = body.get("error") if isinstance(body, dict) else None
         ok = (isinstance(err, dict) and isinstance(err.get("type"), str) and isinstance(err.get("message"), str)
-              and err["message"] != "" and err.get("code") == response.status_code)
+              and err["message"] != "" and (err.get("code") == response.status_code
+                                            or err.get("code") in NAMED_CODES))
     if not ok:
         raise Failure(operation=case.operation.label, title="A 4xx without the API's error envelope",
                       message=f"HTTP {response.status_code}: {response.text[:300]!r}")
