@@ -30,7 +30,7 @@ _DEFAULTS: dict[str, Any] = {
 
 STRUCTURED_FIELDS = tuple(_DEFAULTS)
 
-GrammarKind = Literal["json", "json_object", "regex", "choice", "grammar"]
+GrammarKind = Literal["json", "json_object", "regex", "choice", "grammar", "structural_tag"]
 
 
 def structured_outputs(**fields: Any) -> dict[str, Any]:
@@ -57,13 +57,15 @@ class StructuredSpec:
     cache key): the same constraint always gives the same key."""
 
     kind: GrammarKind
-    value: Any  # schema dict (json), True (json_object), regex / grammar str, list of choices
+    value: Any  # schema dict (json), True (json_object), regex / grammar str, list of choices, tag dict
     any_whitespace: bool = True
     key: str = ""
 
 
-def read_structured_outputs(raw: Any) -> StructuredSpec | Problem | None:
-    """Read the wire field: ``None`` when it constrains nothing, a spec, or the problem."""
+def read_structured_outputs(raw: Any, *, structural_tag: bool = False) -> StructuredSpec | Problem | None:
+    """Read the wire field: ``None`` when it constrains nothing, a spec, or the problem.
+    ``structural_tag``: accept that kind (the engine: render writes it for gpt-oss; a client's own
+    request keeps it refused)."""
     if raw is None:
         return None
     if not isinstance(raw, dict):
@@ -83,7 +85,9 @@ def read_structured_outputs(raw: Any) -> StructuredSpec | Problem | None:
     any_ws = not bool(raw.get("disable_any_whitespace"))
     value = raw[kind]
     if kind == "structural_tag":
-        return Problem("structural_tag is not supported by this engine", "structural_tag")
+        if not structural_tag:
+            return Problem("structural_tag is not supported by this engine", "structural_tag")
+        return _read_structural_tag(value)
     if kind == "json":
         if isinstance(value, str):
             try:
@@ -110,6 +114,63 @@ def read_structured_outputs(raw: Any) -> StructuredSpec | Problem | None:
     if not isinstance(value, str) or not value:
         return Problem(f"{kind} must be a non-empty string", kind)
     return StructuredSpec(kind, value, any_ws, _key(kind, value, any_ws))  # type: ignore[arg-type]
+
+
+def _read_structural_tag(value: Any) -> StructuredSpec | Problem:
+    """An xgrammar structural tag (vLLM: a JSON string): ``{"type": "structural_tag", "format": …}``;
+    every ``json_schema`` inside it is checked as a schema is. The rest of its shape is the compile's."""
+    field = "structural_tag"
+    if isinstance(value, str):
+        try:
+            tag = json.loads(value)
+        except (ValueError, RecursionError):
+            return Problem("must be a JSON string holding a structural tag object", field)
+        if too_deep(tag, raw=value) is not None:
+            return Problem(f"nests deeper than {MAX_JSON_DEPTH} levels of JSON arrays and objects", field)
+    else:
+        tag = value
+    if not isinstance(tag, dict):
+        return Problem("must be a structural tag object", field)
+    if "structures" in tag or "triggers" in tag:
+        return Problem('uses the legacy form (structures and triggers), which this engine does not compile; use '
+                       '{"type": "structural_tag", "format": …}', field)
+    if tag.get("type") != "structural_tag" or not isinstance(tag.get("format"), dict):
+        return Problem('must be {"type": "structural_tag", "format": {…}}', field)
+    bad = _tag_schema_problem(tag["format"], "format", 0)
+    if bad is not None:
+        return Problem(bad.message, f"{field}.{bad.field}")
+    return StructuredSpec("structural_tag", tag, True, _key("structural_tag", tag, True))
+
+
+def _tag_schema_problem(node: Any, path: str, depth: int) -> Problem | None:
+    """The first JSON schema inside a structural tag that cannot be enforced."""
+    if depth > _MAX_DEPTH:
+        return Problem(f"nests deeper than {_MAX_DEPTH} levels", path)
+    if isinstance(node, list):
+        for i, item in enumerate(node):
+            found = _tag_schema_problem(item, f"{path}[{i}]", depth + 1)
+            if found is not None:
+                return found
+        return None
+    if not isinstance(node, dict):
+        return None
+    if node.get("type") == "json_schema" and "json_schema" in node:
+        schema = node["json_schema"]
+        if isinstance(schema, str):
+            try:
+                schema = json.loads(schema)
+            except (ValueError, RecursionError):
+                return Problem("is not a JSON schema", f"{path}.json_schema")
+        bad = unsupported_schema_feature(schema)
+        if bad is not None:
+            return Problem(bad.message, f"{path}.json_schema" + (f".{bad.field}" if bad.field else ""))
+        return None
+    for key, child in node.items():
+        if isinstance(child, dict | list):
+            found = _tag_schema_problem(child, f"{path}.{key}", depth + 1)
+            if found is not None:
+                return found
+    return None
 
 
 def _key(kind: str, value: Any, any_ws: bool) -> str:

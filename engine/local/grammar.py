@@ -22,7 +22,7 @@ from engine.errors import EngineUnavailable, InvalidGenerateRequest
 from engine.local.grammar_worker import MAX_WHITESPACE as MAX_WHITESPACE
 from engine.local.grammar_worker import Cancelled, CompileWorker, Refused
 from engine.local.params import ResolvedParams
-from engine.local.structured_closing import Closing, Vocab
+from engine.local.structured_closing import Closing, Vocab, tag_shape
 from engine.structured import StructuredSpec
 
 log = logging.getLogger("tokenwire.engine")
@@ -33,12 +33,14 @@ PARAM = "sampling_params.structured_outputs"
 class CompiledConstraint:
     """A compiled grammar and the stop ids its matchers end with (opaque outside this module)."""
 
-    __slots__ = ("grammar", "spec", "stop_ids")
+    __slots__ = ("grammar", "shape", "spec", "stop_ids")
 
     def __init__(self, grammar: Any, spec: StructuredSpec, stop_ids: list[int]) -> None:
         self.grammar = grammar
         self.spec = spec
         self.stop_ids = stop_ids
+        # a structural tag's markers, for closing (engine.local.structured_closing.TagShape)
+        self.shape = tag_shape(spec.value) if spec.kind == "structural_tag" else None
 
 
 class Grammars:
@@ -65,6 +67,7 @@ class Grammars:
         self.closing_forced = 0
         self.closing_seconds = 0.0
         self._vocab: Vocab | None = None
+        self._tag_vocab: Vocab | None = None  # closing inside structural tags: special tokens too
         self._bytes_of: list[bytes] = []
         self._bitmask: torch.Tensor | None = None
         self._json_words = torch.empty(0, dtype=torch.int32)
@@ -183,6 +186,10 @@ class Grammars:
             excluded = {*tokenizer.all_special_ids, *tokenizer.added_tokens_decoder, *info.special_token_ids}
             excluded.update(t for t, text in enumerate(bytes_of) if any(b in _NOT_IN_JSON for b in text))
             self._vocab = Vocab(bytes_of, excluded)
+            # a structural tag's markers are often special tokens (harmony's <|channel|>, <|end|>…), which
+            # its closing path must use as the model does; only the ones xgrammar never allows are left out
+            self._tag_vocab = Vocab(bytes_of, {*info.special_token_ids, *(
+                t for t, text in enumerate(bytes_of) if any(b in _NOT_IN_JSON for b in text))})
             self._bytes_of = bytes_of
             self._xgr = xgr
             self.vocab_size = vocab
@@ -283,8 +290,10 @@ class Grammars:
             matcher = self._matcher(group.grammar, prefix)
             seq.matcher = matcher if matcher is not None else _REFUSED
             if matcher is not None and group.params.structured_closing and self._vocab is not None:
-                seq.closing = Closing(self._vocab, self._bytes_of, group.grammar.stop_ids,
-                                      group.grammar.spec.kind in _JSON_KINDS, prefix)
+                shape = group.grammar.shape
+                vocab = self._tag_vocab if shape is not None and self._tag_vocab is not None else self._vocab
+                seq.closing = Closing(vocab, self._bytes_of, group.grammar.stop_ids,
+                                      group.grammar.spec.kind in _JSON_KINDS, prefix, shape)
         return matcher
 
     def _bitmask_for(self, rows: int) -> torch.Tensor:
@@ -301,7 +310,7 @@ class _Refused:
 _REFUSED = _Refused()
 
 _WHAT = {"json": "JSON schema", "json_object": "JSON object constraint", "regex": "regular expression",
-         "choice": "list of choices", "grammar": "EBNF grammar"}
+         "choice": "list of choices", "grammar": "EBNF grammar", "structural_tag": "structural tag"}
 
 
 _JSON_KINDS = ("json", "json_object")

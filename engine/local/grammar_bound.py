@@ -17,6 +17,8 @@ CAP = 10**15  # lengths saturate here (the bound only has to be compared with a 
 
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_.\-]*")
 _REPEAT = re.compile(r"\{\s*(\d+)\s*,\s*(-?\d+)\s*\}")
+_OPTION = re.compile(r"([A-Za-z_]+)\s*=")
+_RULE_NAME = re.compile(r"([A-Za-z_][A-Za-z0-9_.\-]*)(?:\[[^\]]*\])?")  # any_text[max_chars=5]
 
 
 class GrammarShapeError(ValueError):
@@ -56,7 +58,17 @@ class _Alt:
     branches: tuple[_Node, ...]
 
 
-_Node = _Lit | _Cls | _Ref | _Rep | _Seq | _Alt
+@dataclass(frozen=True, slots=True)
+class _Dispatch:
+    """xgrammar's ``TagDispatch`` (a structural tag's free text and triggered tags): free text that
+    may end anywhere, or a trigger and then its rule; ``stops``: the sizes of its stop strings."""
+
+    targets: tuple[_Ref, ...]
+    stops: tuple[int, ...]
+    must_stop: bool  # stop_eos=false with stop strings: the text ends only with one of them
+
+
+_Node = _Lit | _Cls | _Ref | _Rep | _Seq | _Alt | _Dispatch
 
 
 class _Reader:
@@ -112,10 +124,60 @@ class _Reader:
                 self.i += 1
             return _Cls(star)
         m = _IDENT.match(self.text, self.i)
-        if m is None or self.text.startswith("(", m.end()):  # a builtin call (TagDispatch…)
+        if m is not None and m.group() == "TagDispatch" and self.text.startswith("(", m.end()):
+            self.i = m.end() + 1
+            return self.dispatch()
+        if m is None or self.text.startswith("(", m.end()):  # another builtin call
             raise GrammarShapeError(f"unknown construct at {self.i}: {self.text[self.i:self.i + 20]!r}")
         self.i = m.end()
         return _Ref(self.prefix + m.group())
+
+    def dispatch(self) -> _Dispatch:
+        """``TagDispatch(("trigger", rule), …, key=value, …)`` after its ``(``."""
+        targets: list[_Ref] = []
+        stops: tuple[int, ...] = ()
+        stop_eos = True
+        while self.peek() != ")":
+            if self.peek() == "(":  # a ("trigger", rule) pair
+                self.i += 1
+                if self.peek() != '"':
+                    raise GrammarShapeError(f"bad TagDispatch pair at {self.i}")
+                self.literal()
+                self.expect(",")
+                self.skip()
+                m = _IDENT.match(self.text, self.i)
+                if m is None:
+                    raise GrammarShapeError(f"bad TagDispatch rule at {self.i}")
+                self.i = m.end()
+                targets.append(_Ref(self.prefix + m.group()))
+                self.expect(")")
+            else:
+                self.skip()
+                m = _OPTION.match(self.text, self.i)
+                if m is None:
+                    raise GrammarShapeError(f"bad TagDispatch option at {self.i}")
+                self.i = m.end()
+                if self.peek() == "(":
+                    self.i += 1
+                    sizes = []
+                    while self.peek() == '"':
+                        sizes.append(self.literal())
+                        if self.peek() == ",":
+                            self.i += 1
+                    self.expect(")")
+                    if m.group(1) == "stop_str":
+                        stops = tuple(sizes)
+                else:
+                    word = _IDENT.match(self.text, self.i)
+                    if word is None:
+                        raise GrammarShapeError(f"bad TagDispatch value at {self.i}")
+                    self.i = word.end()
+                    if m.group(1) == "stop_eos":
+                        stop_eos = word.group() != "false"
+            if self.peek() == ",":
+                self.i += 1
+        self.i += 1
+        return _Dispatch(tuple(targets), stops, not stop_eos and bool(stops))
 
     def postfix(self, node: _Node) -> _Node:
         while True:
@@ -193,12 +255,18 @@ def _unescape(text: str) -> str:
 
 def _rules(printed: str, expand_regex: Callable[[str], str] | None, prefix: str = "") -> dict[str, _Node]:
     rules: dict[str, _Node] = {}
-    for line in printed.splitlines():
-        if not line.strip():
-            continue
+    lines: list[str] = []
+    for line in printed.splitlines():  # a TagDispatch rule spans lines: the others start indented or with ")"
+        if lines and line[:1] in (" ", ")"):
+            lines[-1] += " " + line.strip()
+        elif line.strip():
+            lines.append(line)
+    for line in lines:
         name, sep, body = line.partition(" ::= ")
-        if not sep or _IDENT.fullmatch(name.strip()) is None:
+        named = _RULE_NAME.fullmatch(name.strip())
+        if not sep or named is None:
             raise GrammarShapeError(f"not a rule: {line[:40]!r}")
+        name = named.group(1)
         regex = _REGEX_RULE.fullmatch(body.strip())
         if regex is not None:  # a JSON-schema string pattern, kept as a regex: read its own grammar
             if expand_regex is None:
@@ -243,6 +311,8 @@ def _shortest(rules: dict[str, _Node]) -> dict[str, int]:
             return _sat(node.lo * length(node.body)) if node.lo else 0
         if isinstance(node, _Seq):
             return _sat(sum(length(x) for x in node.items))
+        if isinstance(node, _Dispatch):
+            return min(node.stops) if node.must_stop else 0
         return min(length(b) for b in node.branches)
 
     for _ in range(len(rules) + 1):
@@ -277,6 +347,8 @@ def completion_bound(printed: str, expand_regex: Callable[[str], str] | None = N
             return _sat(node.lo * length(node.body)) if node.lo else 0
         if isinstance(node, _Seq):
             return _sat(sum(length(x) for x in node.items))
+        if isinstance(node, _Dispatch):
+            return min(node.stops) if node.must_stop else 0
         return min(length(b) for b in node.branches)
 
     def worst(node: _Node) -> int:
@@ -294,6 +366,8 @@ def completion_bound(printed: str, expand_regex: Callable[[str], str] | None = N
                 out = max(out, _sat(worst(item) + rest))
                 rest = _sat(rest + length(item))
             return out
+        if isinstance(node, _Dispatch):  # inside a triggered rule, then a stop string
+            return _sat(max((rule(t.name) for t in node.targets), default=0) + max(node.stops, default=0))
         return max(worst(b) for b in node.branches)
 
     def rule(name: str) -> int:

@@ -252,7 +252,23 @@ def _grammar_of(xgr: Any, kind: str, value: Any, any_whitespace: bool) -> Any:
         return xgr.Grammar.from_regex(value)
     if kind == "choice":
         return xgr.Grammar.from_ebnf("root ::= " + " | ".join(orjson.dumps(c).decode() for c in value))
+    if kind == "structural_tag":
+        return xgr.Grammar.from_structural_tag(orjson.dumps(bounded_whitespace(value)).decode())
     return xgr.Grammar.from_ebnf(value)
+
+
+def bounded_whitespace(node: Any) -> Any:
+    """A structural tag with each ``json_schema`` format's unbounded whitespace (``max_whitespace_cnt``
+    null, vLLM's default) bounded to :data:`MAX_WHITESPACE`, as JSON constraints are."""
+    if isinstance(node, list):
+        return [bounded_whitespace(x) for x in node]
+    if not isinstance(node, dict):
+        return node
+    out = {k: bounded_whitespace(v) if isinstance(v, dict | list) and k != "json_schema" else v
+           for k, v in node.items()}
+    if out.get("type") == "json_schema" and out.get("max_whitespace_cnt") is None:
+        out["max_whitespace_cnt"] = MAX_WHITESPACE
+    return out
 
 
 def _child_compile(xgr: Any, compiler: Any, request: dict[str, Any]) -> dict[str, Any]:

@@ -247,7 +247,7 @@ def resolve(request: GenerateRequest, limits: ModelLimits) -> tuple[list[int], R
 
 
 def _structured(raw: object, ignore_eos: bool, min_tokens: int) -> StructuredSpec | None:
-    read = read_structured_outputs(raw)
+    read = read_structured_outputs(raw, structural_tag=True)
     if isinstance(read, Problem):
         param = "sampling_params.structured_outputs" + (f".{read.field}" if read.field else "")
         raise _bad(f"{param} {read.message}.", param)

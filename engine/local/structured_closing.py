@@ -100,6 +100,88 @@ class Lexer:
         return Lexer(depth, mode)
 
 
+# --- a structural tag's markers ------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class TagShape:
+    """What closing needs of a structural tag (``structured_outputs.structural_tag``): its tags'
+    ``end`` strings, their ``begin`` strings (those of the tags nearest the end of the document
+    first, a tag with free-text content before its siblings), and the begins after which the content
+    is JSON. The walk tries them where the grammar forces nothing: an end closes the tag it is in, a
+    begin (or the rest of one the text has started) opens the next tag."""
+
+    ends: tuple[bytes, ...]
+    begins: tuple[bytes, ...]
+    json_begins: tuple[bytes, ...]
+
+    @property
+    def longest(self) -> int:
+        return max((len(b) for b in self.json_begins), default=0)
+
+
+def tag_shape(tag: dict[str, Any]) -> TagShape:
+    """The :class:`TagShape` of a structural tag (``{"type": "structural_tag", "format": …}``)."""
+    ends: list[bytes] = []
+    begins: list[bytes] = []
+    json_begins: list[bytes] = []
+
+    def visit(node: Any) -> None:
+        if isinstance(node, list):
+            for item in node:
+                visit(item)
+            return
+        if not isinstance(node, dict):
+            return
+        kind = node.get("type")
+        if kind == "tag":
+            begin = str(node.get("begin", "")).encode()
+            if begin and begin not in begins:
+                begins.append(begin)
+            content = node.get("content")
+            if isinstance(content, dict) and content.get("type") == "json_schema" and begin:
+                json_begins.append(begin)
+            end = node.get("end")
+            for e in end if isinstance(end, list) else [end]:
+                if isinstance(e, str) and e and e.encode() not in ends:
+                    ends.append(e.encode())
+            visit(content)
+        elif kind == "sequence":
+            for item in reversed(node.get("elements") or []):  # the later an element, the nearer the end
+                visit(item)
+        elif kind == "or":
+            elements = list(node.get("elements") or [])
+            visit([e for _, e in sorted(enumerate(elements), key=lambda ie: (_or_rank(ie[1]), ie[0]))])
+        else:
+            for key, child in node.items():
+                if key != "type" and isinstance(child, dict | list):
+                    visit(child)
+
+    visit(tag.get("format"))
+    return TagShape(tuple(ends), tuple(begins), tuple(json_begins))
+
+
+def _or_rank(node: Any) -> tuple[int, int]:
+    """Which alternative of an ``or`` closing opens first: a tag with free-text content (an end string
+    closes it at once), then a begin that names its content type with ``<|constrain|>`` (harmony's
+    typed message: ``final <|constrain|>json`` is the answer for vLLM's derender, while ``final json``
+    reads as a call of a tool named ``json``), then the others in their order."""
+    if not isinstance(node, dict):
+        return (2, 1)
+    content = node.get("content")
+    free = isinstance(content, dict) and content.get("type") == "any_text"
+    return (0 if free else 1, 0 if "<|constrain|>" in str(node.get("begin", "")) else 1)
+
+
+def last_json_begin(data: bytes, shape: TagShape, start: int = 0) -> int:
+    """Where the JSON content of the last JSON tag opened in ``data[start:]`` begins (-1: none)."""
+    best = -1
+    for begin in shape.json_begins:
+        at = data.rfind(begin, start)
+        if at >= 0:
+            best = max(best, at + len(begin))
+    return best
+
+
 # --- the walk ------------------------------------------------------------------------------------
 
 _PRINTABLE = bytes(range(0x21, 0x7F)) + b" "
@@ -137,6 +219,13 @@ class _Walk:
             m.rollback(1)
             return True
         return False
+
+    def accepts_all(self, m: Any, data: bytes) -> bool:
+        """Whether ``m`` accepts the whole of ``data`` next (``m`` unchanged)."""
+        self.work -= 1
+        if self.work < 0:
+            raise _GiveUp
+        return bool(m.fork().accept_string(data))
 
     def first(self, m: Any, candidates: bytes) -> bytes | None:
         for b in candidates:
@@ -183,10 +272,12 @@ class _Walk:
 _ONE = [bytes([b]) for b in range(256)]
 
 
-def closing_path(matcher: Any, json_text: Lexer | None) -> bytes | None:
+def closing_path(matcher: Any, json_text: Lexer | None, tag: TagShape | None = None, text: bytes = b"",
+                 json_at: int = -1) -> bytes | None:
     """The bytes that complete the document from ``matcher``'s state (the matcher is not changed),
     or None when the walk finds none within its budget. ``json_text`` is the lexer state of the
-    text so far for JSON constraints, None for the others."""
+    text so far for JSON constraints, None for the others. For a structural tag, ``tag`` is its
+    shape, ``text`` the text so far and ``json_at`` where in it the last JSON content began."""
     m = matcher.fork()
     walk = _Walk()
     out = bytearray()
@@ -198,16 +289,48 @@ def closing_path(matcher: Any, json_text: Lexer | None) -> bytes | None:
             forced = m.find_jump_forward_string()  # at most the grammar's completion bound
             if forced and len(forced) + len(out) > _MAX_BYTES:  # (engine.local.grammar_worker)
                 return None  # too long to force: accepting it would cost for nothing
-            data = forced.encode() if forced else (
-                _json_move(m, lex, walk) if lex is not None else _any_move(m, walk))
+            if forced:
+                data: bytes | None = forced.encode()
+            elif tag is not None:
+                data = _tag_move(m, tag, walk, text + out, json_at)
+            else:
+                data = _json_move(m, lex, walk) if lex is not None else _any_move(m, walk)
             if not data or not m.accept_string(data):
                 return None
             out += data
             if lex is not None:
                 lex = lex.feed(data)
+            if tag is not None:
+                found = last_json_begin(bytes(text[-tag.longest:] if tag.longest else b"") + bytes(out), tag)
+                if found >= 0:
+                    json_at = len(text) - min(tag.longest, len(text)) + found
     except _GiveUp:
         return None
     return bytes(out)
+
+
+_TAG_VALUE_START = b"{" + _VALUE_START  # a free JSON value (a tool's arguments): {} first
+
+
+def _tag_move(m: Any, tag: TagShape, walk: _Walk, text: bytes, json_at: int) -> bytes | None:
+    """One move inside a structural tag: inside JSON content, the JSON policy; else an end string,
+    a begin string, or the rest of one the text has started; else the shortest run to the end."""
+    if json_at >= 0:
+        lex = Lexer().feed(text[json_at:])
+        started = bool(text[json_at:].strip())
+        if lex.mode != STRUCTURE or lex.depth > 0 or not started:
+            if lex.mode == STRUCTURE and lex.depth == 0:
+                move = walk.first(m, _TAG_VALUE_START)
+                return move if move is not None else _json_move(m, lex, walk)
+            return _json_move(m, lex, walk)
+    for marker in (*tag.ends, *tag.begins):
+        if walk.accepts_all(m, marker):
+            return marker
+    for marker in (*tag.ends, *tag.begins):
+        for k in range(len(marker) - 1, 0, -1):
+            if text.endswith(marker[:k]) and walk.accepts_all(m, marker[k:]):
+                return marker[k:]
+    return _any_move(m, walk)
 
 
 def _json_move(m: Any, lex: Lexer, walk: _Walk) -> bytes | None:
@@ -252,14 +375,19 @@ class Closing:
     :meth:`before` runs before the step's draw and may restrict the row to one token;
     :meth:`after` runs once the matcher accepted the drawn token and may replace it."""
 
-    __slots__ = ("_bytes_of", "_vocab", "check", "due", "estimate", "lexer", "off", "path", "stop_ids", "walks")
+    __slots__ = ("_bytes_of", "_vocab", "check", "due", "estimate", "json_at", "lexer", "off", "path", "stop_ids",
+                 "tag", "text", "walks")
 
     def __init__(self, vocab: Vocab, bytes_of: Sequence[bytes], stop_ids: Sequence[int], json_text: bool,
-                 prefix: Sequence[int]) -> None:
+                 prefix: Sequence[int], tag: TagShape | None = None) -> None:
         self._vocab = vocab
         self._bytes_of = bytes_of
         self.stop_ids = list(stop_ids)
         self.lexer = Lexer().feed(b"".join(bytes_of[t] for t in prefix)) if json_text else None
+        # a structural tag: the text so far, and where its last JSON content began
+        self.tag = tag
+        self.text = bytearray(b"".join(bytes_of[t] for t in prefix)) if tag is not None else bytearray()
+        self.json_at = last_json_begin(bytes(self.text), tag) if tag is not None else -1
         self.path: list[int] | None = None  # tokens completing the document from the current state
         self.estimate = 0  # the last path's length, while ``path`` is stale
         self.due = 0  # tokens generated when the next walk is due
@@ -270,7 +398,7 @@ class Closing:
     def walk(self, matcher: Any) -> list[int] | None:
         """A checked closing path from ``matcher``'s state (tokens, the stop token not included)."""
         self.walks += 1
-        data = closing_path(matcher, self.lexer)
+        data = closing_path(matcher, self.lexer, self.tag, bytes(self.text), self.json_at)
         tokens = self._vocab.tokens(data) if data is not None else None
         if tokens is None or not check_path(matcher, tokens, self.stop_ids[0]):
             return None
@@ -307,7 +435,7 @@ class Closing:
         path = self.path
         if self.off or matcher.is_terminated():
             return None
-        lexer = self.lexer
+        lexer, size, json_at = self.lexer, len(self.text), self.json_at
         if path and token == path[0]:
             self.path = path[1:]
             self._feed(token)
@@ -323,7 +451,8 @@ class Closing:
             return None
         assert path is not None  # check is set only with a path
         matcher.rollback(1)
-        self.lexer = lexer
+        self.lexer, self.json_at = lexer, json_at
+        del self.text[size:]
         replacement = path[0] if path else self.stop_ids[0]
         matcher.accept_token(replacement)
         self.path = path[1:]
@@ -333,3 +462,10 @@ class Closing:
     def _feed(self, token: int) -> None:
         if self.lexer is not None:
             self.lexer = self.lexer.feed(self._bytes_of[token])
+        tag = self.tag
+        if tag is not None:
+            start = max(0, len(self.text) - tag.longest + 1)
+            self.text += self._bytes_of[token]
+            found = last_json_begin(bytes(self.text[start:]), tag)
+            if found >= 0:
+                self.json_at = start + found

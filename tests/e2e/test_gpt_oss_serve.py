@@ -178,3 +178,46 @@ def test_a_websocket_session_through_client_sdk(scripted: tuple[ScriptedEngine, 
     assert calls[0].function is not None and calls[0].function.name == "get_weather"
     assert json.loads("".join(tc.function.arguments or "" for tc in calls if tc.function)) == {"city": "Paris"}
     assert [c.choices[0].finish_reason for c in chunks if c.choices and c.choices[0].finish_reason] == ["tool_calls"]
+
+
+PERSON: Any = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer", "minimum": 0}},
+               "required": ["name", "age"]}
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_json_schema_answer_is_the_final_message_and_validates(oai: openai.OpenAI, stream: bool) -> None:
+    import jsonschema
+
+    fmt: Any = {"type": "json_schema", "json_schema": {"name": "person", "schema": PERSON}}
+    for seed in range(3):
+        kwargs: Any = {"model": MODEL, "messages": ASK, "response_format": fmt, "max_tokens": 48, "temperature": 1.0,
+                       "seed": seed}
+        if stream:
+            chunks = list(oai.chat.completions.create(**kwargs, stream=True))
+            content = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+            calls = [tc for c in chunks if c.choices for tc in c.choices[0].delta.tool_calls or ()]
+            args = "".join(tc.function.arguments or "" for tc in calls if tc.function)
+            names = [tc.function.name for tc in calls if tc.function and tc.function.name]
+        else:
+            message = oai.chat.completions.create(**kwargs).choices[0].message
+            content = message.content or ""
+            names = [c.function.name for c in message.tool_calls or ()]  # type: ignore[union-attr]
+            args = "".join(c.function.arguments for c in message.tool_calls or ())  # type: ignore[union-attr]
+        # the final message is the document; a model that writes `final json` (no <|constrain|>) gets
+        # it back as a call of a tool named "json", as from vLLM 0.32
+        doc = json.loads(content) if content else json.loads(args)
+        assert content or names == ["json"]
+        jsonschema.validate(doc, PERSON)
+
+
+def test_required_and_named_tool_choice_give_one_call(oai: openai.OpenAI) -> None:
+    strict: Any = [{"type": "function", "function": {**TOOLS[0]["function"], "strict": True}}]
+    for choice in ("required", {"type": "function", "function": {"name": "get_weather"}}):
+        for seed in range(2):
+            out = oai.chat.completions.create(model=MODEL, messages=ASK, tools=strict, tool_choice=choice,  # type: ignore[arg-type]
+                                              max_tokens=48, temperature=1.0, seed=seed).choices[0]
+            # vLLM: "tool_calls" for a required call, "stop" for a named one
+            assert out.finish_reason == ("tool_calls" if choice == "required" else "stop")
+            calls = out.message.tool_calls or []
+            assert [c.function.name for c in calls] == ["get_weather"]  # type: ignore[union-attr]
+            assert isinstance(json.loads(calls[0].function.arguments)["city"], str)  # type: ignore[union-attr]

@@ -9,6 +9,7 @@ message constrained)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -108,3 +109,44 @@ def test_the_required_tag_forces_a_call_of_a_declared_tool() -> None:
     assert not m.accept_string(" to=functions.other<|channel|>commentary json<|message|>{}")
     m = _matcher(tag)
     assert m.accept_string("<|channel|>final<|message|>") is False  # no plain answer
+
+
+@pytest.mark.parametrize("name", sorted(n for n, c in CASES.items() if c["structured_outputs"]))
+def test_the_compile_worker_bounds_every_recorded_tag(name: str) -> None:
+    """The completion bound reads the grammar xgrammar prints for a structural tag (its TagDispatch
+    rules span lines): vLLM's harmony tags need at most a few hundred bytes to complete."""
+    xgr = pytest.importorskip("xgrammar")
+    from engine.local.grammar_bound import completion_bound
+    from engine.local.grammar_worker import bounded_whitespace
+
+    tag = json.loads(CASES[name]["structured_outputs"]["structural_tag"])
+    printed = str(xgr.Grammar.from_structural_tag(json.dumps(bounded_whitespace(tag))))
+    assert "TagDispatch(" in printed
+    bound = completion_bound(printed, lambda p: str(xgr.Grammar.from_regex(p)))
+    longest = max(len(b) for b in re.findall(r'"begin": "((?:[^"\\]|\\.)*)"', json.dumps(tag)))
+    assert longest < bound < 400
+
+
+def test_the_bound_of_triggered_tags_counts_the_triggered_rule() -> None:
+    xgr = pytest.importorskip("xgrammar")
+    from engine.local.grammar_bound import completion_bound
+
+    tag = {"type": "structural_tag", "format": {"type": "triggered_tags", "triggers": ["<t>"], "tags": [
+        {"type": "tag", "begin": "<t>", "content": {"type": "const_string", "value": "x" * 300}, "end": "</t>"}]}}
+    printed = str(xgr.Grammar.from_structural_tag(json.dumps(tag)))
+    assert 300 < completion_bound(printed) < 320
+
+
+def test_closing_opens_the_typed_final_message_first() -> None:
+    from engine.local.structured_closing import tag_shape
+
+    shape = tag_shape(json.loads(CASES["json_schema"]["structured_outputs"]["structural_tag"]))
+    assert shape.ends == (b"<|end|>",)
+    assert shape.begins[0] == b"<|channel|>final <|constrain|>json<|message|>"
+    assert shape.begins[-1] == b"<|channel|>analysis<|message|>"
+    assert set(shape.json_begins) == {b"<|channel|>final json<|message|>",
+                                      b"<|channel|>final <|constrain|>json<|message|>"}
+    tools = tag_shape(json.loads(CASES["auto_strict"]["structured_outputs"]["structural_tag"]))
+    assert tools.begins[0] == b"<|channel|>final <|constrain|>json<|message|>"  # free text: an end closes it
+    required = tag_shape(json.loads(CASES["required"]["structured_outputs"]["structural_tag"]))
+    assert required.begins[0] == b" to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
