@@ -43,6 +43,7 @@ from session.derender.anthropic_out import message_from_chat
 from session.derender.choice import ChoiceStream
 from session.errors import InvalidRequest, StateError
 from session.protocol.anthropic import MessagesRequest
+from session.protocol.generation_defaults import with_default_max_tokens
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
 from session.render import Renderer
 from session.render.anthropic import to_openai_chat
@@ -90,6 +91,9 @@ class Pipeline:
         return [await render_work(self.renderer.render_messages, msgs, _size(body))]
 
     def generate(self, request: GenerateRequest) -> EngineStream:
+        """A tokens-in request (a ``generate`` frame): its own sampling params, with the model's
+        default output limit where it names none (vLLM's tokens-only rule)."""
+        request = with_default_max_tokens(request, self.renderer.generation_defaults, self.ctx.max_model_len)
         return metrics.generate(self.engine, request)
 
     # --- whole pipelines ----------------------------------------------------------------------

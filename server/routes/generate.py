@@ -23,9 +23,10 @@ from server.gating import RouteGroup
 from server.generate_output import GenerateOutputs
 from server.http import GONE, json_response, parse_body, until_disconnect
 from server.routing import Route
-from server.services import ctx_of
+from server.services import ctx_of, services_of
 from server.sse import DONE, sse
 from session.errors import not_served_message
+from session.protocol.generation_defaults import with_default_max_tokens
 
 log = logging.getLogger("tokenwire.generate")
 
@@ -51,6 +52,8 @@ async def generate(request: Request) -> Response:
     if req.request_id is None:
         req = req.model_copy(update={"request_id": secrets.token_hex(8)})
     assert req.request_id is not None
+    # the model's default output limit where sampling_params name none, as vLLM's tokens-only serving
+    req = with_default_max_tokens(req, services_of(request).renderer.generation_defaults, ctx.max_model_len)
     outputs = GenerateOutputs(req, generate_response_id(req.request_id))
     stream = metrics.generate(engine, req)
     if req.stream:

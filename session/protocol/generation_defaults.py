@@ -23,7 +23,10 @@ classes' ``override_max_tokens``, ``get_max_tokens`` in ``vllm/entrypoints/serve
   applies there to an explicit ``null``). It is also a hard cap on every request where vLLM makes
   it one: the ``max_new_tokens`` of ``--override-generation-config``, or, with a folder path, the
   folder's own (after the override);
-- every output limit is then clamped to the room the prompt leaves in the context.
+- every output limit is then clamped to the room the prompt leaves in the context;
+- a tokens-in request (``/inference/v1/generate``, a ``generate`` frame) whose ``sampling_params``
+  do not name ``max_tokens`` gets that same limit, and nothing else (:func:`with_default_max_tokens`,
+  vLLM's tokens-only serving); its other fields are the client's, as it sent them.
 
 Values are checked once, at start-up (:func:`resolve`): a value of the wrong type or out of the
 range the engine accepts is a :class:`ValueError` naming the key and where it came from.
@@ -35,6 +38,8 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
+
+from engine.protocol import GenerateRequest
 
 # vLLM's ``available_params``, in its order
 SAMPLING_KEYS = ("repetition_penalty", "presence_penalty", "frequency_penalty", "temperature", "top_k", "top_p",
@@ -87,6 +92,24 @@ class GenerationDefaults:
 
 
 NO_DEFAULTS = GenerationDefaults()
+
+
+def with_default_max_tokens(request: GenerateRequest, defaults: GenerationDefaults,
+                            max_model_len: int) -> GenerateRequest:
+    """vLLM 0.32's tokens-only rule: ``sampling_params`` without a ``max_tokens`` key get the model's
+    default limit, else the room the prompt leaves (not the 16 of ``SamplingParams``). A prompt
+    that leaves no room is left for the engine to refuse with the lengths."""
+    sp = request.sampling_params
+    if "max_tokens" in sp.model_fields_set:
+        return request
+    prompt = len(request.token_ids)
+    if sp.truncate_prompt_tokens is not None and sp.truncate_prompt_tokens >= 0:
+        prompt = min(prompt, sp.truncate_prompt_tokens)
+    room = max_model_len - prompt
+    if room < 1:
+        return request
+    limited = sp.model_copy(update={"max_tokens": defaults.max_tokens(None, room)})
+    return request.model_copy(update={"sampling_params": limited})
 
 
 def resolve(config: Mapping[str, Any] | None, *, source: str = AUTO,

@@ -174,3 +174,40 @@ def test_the_start_up_line_names_the_models_defaults(
         "sampling defaults from the model's generation_config.json: temperature=0.6, top_k=20, top_p=0.95 "
         "(a request's own values win; --generation-config vllm turns them off)",
         "sampling defaults: vLLM's own (--generation-config vllm)"]
+
+
+def _tokens_client(engine_url: str, model_dir: Path, tokenizer: Callable[[str], Any], **settings: Any) -> TestClient:
+    """``serve --engine-url URL --enable-scale-out``: the tokens-in routes over the scripted engine."""
+    s = Settings(mode=Mode.SERVE, model_dir=model_dir, served_model_name="qwen3", environ={}, engine_url=engine_url,
+                 state_secret=SECRET, enable_scale_out=True, **settings)
+    ctx = ServerContext(settings=s, gating=decide(Mode.SERVE, {}, enable_scale_out=True), tokenizer=tokenizer("qwen3"),
+                        max_model_len=4096, engine=create_engine(s, 4096))
+    return TestClient(create_app(ctx))
+
+
+def _generate_frame(client: TestClient, body: dict[str, Any]) -> None:
+    with client.websocket_connect("/v1/session", subprotocols=["tokenwire.v1"]) as ws:
+        ws.receive_json()
+        ws.send_json({"type": "generate", "id": "g", "body": body})
+        frame = ws.receive_json()
+        while not (frame.get("id") == "g" and frame["type"] in ("generate.done", "error")):
+            frame = ws.receive_json()
+        assert frame["type"] == "generate.done", frame
+
+
+def test_a_tokens_in_request_without_max_tokens_gets_the_models_limit_and_nothing_else(
+        engine: ScriptedEngine, transport: str, model_dir: Path, tokenizer: Callable[[str], Any]) -> None:
+    """vLLM's tokens-only rule: only an absent ``max_tokens`` is filled in (the model's limit, else the
+    room the prompt leaves); the other sampling fields are the client's, and a given limit stands."""
+    ids = [151644, 872, 198, 13048]
+    bare = {"token_ids": ids, "sampling_params": {}}
+    with _tokens_client(transport, model_dir, tokenizer) as client:
+        room = _sent(engine, lambda: _ok(client.post("/inference/v1/generate", json=bare)))
+        frame = _sent(engine, lambda: _generate_frame(client, bare))
+    assert room["max_tokens"] == frame["max_tokens"] == 4096 - len(ids)  # not SamplingParams' 16
+    assert (room["temperature"], room.get("top_k", 0)) == (1.0, 0)  # the model's 0.6 and 20 are not applied here
+    with _tokens_client(transport, model_dir, tokenizer, override_generation_config={"max_new_tokens": 6}) as client:
+        limited = _sent(engine, lambda: _ok(client.post("/inference/v1/generate", json=bare)))
+        given = _sent(engine, lambda: _ok(client.post("/inference/v1/generate", json={
+            "token_ids": ids, "sampling_params": {"max_tokens": 9}})))
+    assert (limited["max_tokens"], given["max_tokens"]) == (6, 9)
