@@ -12,6 +12,7 @@ import json
 import socket
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -52,12 +53,13 @@ def ids_of(text: str) -> list[int]:
     return list(tokenizer_of("qwen3").encode(text, add_special_tokens=False))
 
 
-def front_of(engine: ScriptedEngine, secret: bytes) -> TestClient:
+def front_of(engine: ScriptedEngine, secret: bytes, max_model_len: int = 4096) -> TestClient:
     settings = Settings(mode=Mode.RENDER, model_dir=asset_path("qwen3"), served_model_name="qwen3", environ={},
                         engine_url=engine.url, tool_call_parser="hermes", enable_auto_tool_choice=True,
                         reasoning_parser="qwen3", state_secret=secret)
     ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}, has_engine_url=True),
-                        tokenizer=tokenizer_of("qwen3"), max_model_len=4096, engine=create_engine(settings, 4096))
+                        tokenizer=tokenizer_of("qwen3"), max_model_len=max_model_len,
+                        engine=create_engine(settings, max_model_len))
     return TestClient(create_app(ctx))
 
 
@@ -207,6 +209,42 @@ def serve() -> Iterator[TestClient]:
                         max_model_len=4096, engine=engine)
     with TestClient(create_app(ctx)) as c:
         yield c
+
+
+# --- Codex's requests -------------------------------------------------------------------------
+
+CODEX = Path(__file__).parents[1] / "data" / "codex" / "http.json"
+
+
+def codex_bodies() -> list[dict[str, Any]]:
+    """The ``POST /v1/responses`` bodies Codex CLI sent (tests/data/codex/http.json, recorded by
+    scripts/record_codex_requests.py), each turn's."""
+    turns = json.loads(CODEX.read_text())["turns"]
+    return [x["body"] for t in turns for x in t["exchanges"] if x.get("path") == "/v1/responses"]
+
+
+def test_codexs_recorded_requests_are_answered(engine: ScriptedEngine) -> None:
+    bodies = codex_bodies()
+    assert len(bodies) >= 2
+    with front_of(engine, SECRET, max_model_len=32768) as codex_front:
+        for body in bodies:
+            assert body["stream"] is True and body["store"] is False
+            assert {t["type"] for t in body["tools"]} >= {"function", "namespace", "web_search"}
+            r = codex_front.post("/v1/responses", json={**body, "model": "qwen3"})
+            assert r.status_code == 200, r.text
+            events = sse_events(r.text)
+            for event in events:
+                EVENTS.validate_python(event)
+            assert events[-1]["type"] == "response.completed"
+            reasoning = events[-1]["response"]["output"][0]
+            assert reasoning["type"] == "reasoning" and reasoning["encrypted_content"].startswith("tw1.")
+            text = prompt_text(engine)
+            namespace = next(t for t in body["tools"] if t["type"] == "namespace")
+            for inner in namespace["tools"]:
+                assert f'"name": "{namespace["name"]}__{inner["name"]}"' in text
+            assert '"web_search"' not in text
+            count = codex_front.post("/v1/responses/input_tokens", json={**body, "model": "qwen3"}).json()
+            assert count["input_tokens"] == len(engine.requests[-1]["token_ids"])
 
 
 # --- tools -----------------------------------------------------------------------------------
