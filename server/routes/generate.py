@@ -49,11 +49,11 @@ async def generate(request: Request) -> Response:
     if req.model is not None and req.model != ctx.model_name:
         raise ApiError(404, not_served_message(req.model, ctx.model_name), param="model",
                        error_type="NotFoundError")
+    # the model's default output limit where sampling_params name none, as vLLM's tokens-only serving
+    req = with_default_max_tokens(req, services_of(request).renderer.generation_defaults, ctx.max_model_len)
     if req.request_id is None:
         req = req.model_copy(update={"request_id": secrets.token_hex(8)})
     assert req.request_id is not None
-    # the model's default output limit where sampling_params name none, as vLLM's tokens-only serving
-    req = with_default_max_tokens(req, services_of(request).renderer.generation_defaults, ctx.max_model_len)
     outputs = GenerateOutputs(req, generate_response_id(req.request_id))
     stream = metrics.generate(engine, req)
     if req.stream:
