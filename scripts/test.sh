@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Install everything the tests need (Python packages, model assets, a headless browser, HAProxy, a C
-# compiler, the agent CLIs) and run the whole test suite. Extra arguments go to pytest.
+# Install everything the tests need (Python packages, model assets, a headless browser, HAProxy, Redis,
+# a C compiler, the agent CLIs) and run the whole test suite. Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install.sh dev
 if [ -f scripts/install-browser.sh ]; then bash scripts/install-browser.sh; fi
 if [ -f scripts/install-haproxy.sh ]; then bash scripts/install-haproxy.sh; fi
+if [ -f scripts/install-redis.sh ]; then bash scripts/install-redis.sh; fi
 if [ -f scripts/install-compiler.sh ]; then bash scripts/install-compiler.sh; fi
 # The pinned agent CLIs (Codex CLI, Claude Code) from npm, cached; exit 3 (no npm or no registry) lets
 # the rest run, and their tests then skip saying why.

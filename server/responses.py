@@ -28,7 +28,7 @@ from server.errors import ApiError, to_api_error
 from server.http import validate
 from server.pipeline import Pipeline
 from server.render_work import json_size, render_work
-from server.responses_store import MemoryStore, ResponseStore
+from server.responses_store import STORE_VARIABLE, MemoryStore, ResponseStore, StoreUnavailable, store_from
 from server.services import services_of
 from session.errors import InvalidRequest, SessionError, StateError
 from session.protocol.openai import ChatCompletionRequest
@@ -59,7 +59,12 @@ def responses_of(conn: HTTPConnection) -> ResponsesService:
     service: ResponsesService | None = getattr(state, "responses", None)
     if service is None:
         services = services_of(conn)
-        service = state.responses = ResponsesService(services.pipeline, services.codec)
+        url = services.pipeline.ctx.settings.environ.get(STORE_VARIABLE)
+        try:
+            store = store_from(url)
+        except ValueError as exc:
+            raise ApiError(503, f"{STORE_VARIABLE} is invalid: {exc}") from None
+        service = state.responses = ResponsesService(services.pipeline, services.codec, store)
     return service
 
 
@@ -232,10 +237,15 @@ class ResponsesService:
 
     # --- internals ----------------------------------------------------------------------------
     async def _save(self, prep: _Prepared, response: dict[str, Any]) -> None:
+        """Store (or update) a response; a shared store that does not answer is logged, and the
+        response is answered all the same (a later lookup of it is "not found")."""
         if prep.req.store is False:
             return
-        await self.store.put(prep.id, {"response": response, "input": _with_ids(input_items(prep.req)),
-                                       "history": prep.history})
+        try:
+            await self.store.put(prep.id, {"response": response, "input": _with_ids(input_items(prep.req)),
+                                           "history": prep.history})
+        except StoreUnavailable as exc:
+            log.warning("response %s not stored: %s", prep.id, exc.message)
 
     def _usage(self, prompt: int, completion: int, output: list[dict[str, Any]]) -> dict[str, Any]:
         """Usage; the reasoning tokens are the reasoning text's tokens (re-encoded)."""
