@@ -200,6 +200,26 @@ def test_greedy_streamed_text_equals_the_json_answer_and_length_is_incomplete(se
     assert final.response.status == "incomplete" and final.response.incomplete_details == full.incomplete_details
 
 
+def test_output_text_logprobs_when_included(serve: TestClient) -> None:
+    body: dict[str, Any] = {"input": "Tell me a story.", "max_output_tokens": 6, "temperature": 0,
+                            "include": ["message.output_text.logprobs"], "top_logprobs": 2}
+    full = serve.post("/v1/responses", json=body).json()
+    part = full["output"][-1]["content"][0]
+    assert len(part["logprobs"]) == full["usage"]["output_tokens"] == 6
+    assert all(len(lp["top_logprobs"]) == 2 and lp["logprob"] <= 0 for lp in part["logprobs"])
+    assert "".join(lp["token"] for lp in part["logprobs"]) == part["text"]
+    events = sse_events(serve.post("/v1/responses", json={**body, "stream": True}).text)
+    streamed = [lp for e in events if e["type"] == "response.output_text.delta" for lp in e["logprobs"]]
+    assert [lp["token"] for lp in streamed] == [lp["token"] for lp in part["logprobs"]]
+    done = next(e for e in events if e["type"] == "response.output_text.done")
+    assert done["logprobs"] == streamed
+    Response.model_validate(full)
+    for event in events:
+        EVENTS.validate_python(event)
+    plain = serve.post("/v1/responses", json={k: v for k, v in body.items() if k != "include"}).json()
+    assert plain["output"][-1]["content"][0]["logprobs"] == []
+
+
 @pytest.fixture(scope="module")
 def serve() -> Iterator[TestClient]:
     path = asset_path("tiny-qwen3")
@@ -328,6 +348,7 @@ def test_built_in_tools_are_left_out_counted_and_a_choice_naming_one_is_a_400(fr
     ({"input": "hi", "tool_choice": {"type": "function", "name": "nope"}, "tools": [WEATHER]}, "tool_choice",
      "not found"),
     ({"input": "hi", "model": "gpt-9"}, None, "gpt-9"),
+    ({"input": "many words " * 3000}, "input", "input"),  # past the 4096-token context
 ])
 def test_bad_input_is_a_4xx_naming_the_field(front: TestClient, body: dict[str, Any], param: str | None,
                                               words: str) -> None:
