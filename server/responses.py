@@ -100,6 +100,7 @@ class ResponsesService:
         self._binding = StateBinding(_REASONING_STREAM, 0, context_digest(_REASONING_STREAM,
                                                                           pipeline.ctx.model_name))
         self._running: dict[str, anyio.CancelScope | ResponseStream] = {}  # stored responses in flight here
+        self._deleted: set[str] = set()  # deleted while in flight: not stored again when they end
 
     # --- requests -----------------------------------------------------------------------------
     async def prepare(self, body: dict[str, Any], *, stream: bool | None = None,
@@ -195,6 +196,7 @@ class ResponsesService:
     async def delete(self, response_id: str) -> dict[str, Any]:
         running = self._running.pop(response_id, None)
         if running is not None:
+            self._deleted.add(response_id)
             running.cancel()
         if not await self.store.delete(response_id):
             raise not_found(response_id)
@@ -240,6 +242,10 @@ class ResponsesService:
         """Store (or update) a response; a shared store that does not answer is logged, and the
         response is answered all the same (a later lookup of it is "not found")."""
         if prep.req.store is False:
+            return
+        if prep.id in self._deleted:
+            if prep.id not in self._running:  # it ended: forget it
+                self._deleted.discard(prep.id)
             return
         try:
             await self.store.put(prep.id, {"response": response, "input": _with_ids(input_items(prep.req)),

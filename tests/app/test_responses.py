@@ -525,3 +525,19 @@ def test_cancel_stops_a_running_stream_and_its_engine_request(served: str, engin
             assert http.post(f"/v1/responses/{rid}/cancel").status_code == 400  # no longer running
     finally:
         engine.fault = None
+
+
+def test_deleting_a_running_response_ends_it_and_it_stays_deleted(served: str, engine: ScriptedEngine) -> None:
+    engine.fault = "hang_after_one"
+    try:
+        with httpx.Client(base_url=served, timeout=30) as http, \
+                http.stream("POST", "/v1/responses", json={"input": "Weather?", "stream": True}) as stream:
+            lines = stream.iter_lines()
+            rid = orjson.loads(next(line for line in lines if line.startswith("data: "))[6:])["response"]["id"]
+            assert http.delete(f"/v1/responses/{rid}").json() == {"id": rid, "object": "response.deleted",
+                                                                  "deleted": True}
+            rest = [orjson.loads(line[6:]) for line in lines if line.startswith("data: ")]
+            assert rest[-1]["response"]["status"] == "cancelled"
+            assert http.get(f"/v1/responses/{rid}").status_code == 404  # not stored again as it ended
+    finally:
+        engine.fault = None
