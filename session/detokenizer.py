@@ -40,6 +40,10 @@ _REPLACEMENT = "\ufffd"
 # or invalid). A lone surrogate, which no decoded UTF-8 text can hold, so it is no token's text.
 _PARTIAL = "\ud800"
 _utf8_decode = codecs.utf_8_decode
+# A SentencePiece decoder without a context rule (Gemma's: no Strip of the first space, no Metaspace
+# prefix scheme): a token that is not a byte piece decodes to its own text whatever precedes it.
+_PIECEWISE_DECODER = {"type": "Sequence", "decoders": [
+    {"type": "Replace", "pattern": {"String": "\u2581"}, "content": " "}, {"type": "ByteFallback"}, {"type": "Fuse"}]}
 
 
 def _bytes_to_unicode() -> dict[int, str]:
@@ -74,12 +78,16 @@ class TokenTable:
 
     ``vocab_size`` bounds valid ids; ``special_ids`` are the ids ``skip_special_tokens`` drops;
     ``byte_level`` says whether the context-free algorithm applies. ``token_bytes(id)`` is a
-    token's exact bytes (byte-level tokenizers), also used for logprob ``bytes``.
+    token's exact bytes (byte-level tokenizers), also used for logprob ``bytes``. ``piecewise``
+    (a SentencePiece decoder with no context rule, :data:`_PIECEWISE_DECODER`): every token but a
+    byte piece decodes to ``token_text(id)`` after any text, which the window algorithm's step
+    takes when nothing is pending.
     """
 
-    __slots__ = ("_bytes", "_rust", "_text", "byte_level", "eos_ids", "special_ids", "vocab_size")
+    __slots__ = ("_bytes", "_rust", "_text", "byte_level", "eos_ids", "piecewise", "special_ids", "vocab_size")
 
-    def __init__(self, rust: _RustTokenizer, *, eos_ids: Iterable[int] = (), byte_level: bool | None = None) -> None:
+    def __init__(self, rust: _RustTokenizer, *, eos_ids: Iterable[int] = (), byte_level: bool | None = None,
+                 piecewise: bool | None = None) -> None:
         self._rust = rust
         added = rust.get_added_tokens_decoder()
         self.vocab_size = max(rust.get_vocab_size(with_added_tokens=True), max(added, default=-1) + 1)
@@ -88,6 +96,10 @@ class TokenTable:
         if byte_level is None:
             byte_level = _decoder_is_byte_level(rust)
         self.byte_level = byte_level
+        if piecewise is None:
+            piecewise = not byte_level and _decoder_is_piecewise(rust) and not any(
+                "\u2581" in str(tok.content) for tok in added.values())  # (added tokens' text is kept as it is)
+        self.piecewise = piecewise
         self._bytes: list[bytes | None] = [None] * self.vocab_size
         for i, tok in added.items():
             self._bytes[i] = str(tok.content).encode()
@@ -121,16 +133,21 @@ class TokenTable:
     def token_text(self, token_id: int) -> str:
         """``token_bytes(id).decode()`` when those bytes are whole UTF-8 on their own, else
         ``_PARTIAL`` (cached; ids past the tokenizer: ""). Decoding such a token after a finished
-        character gives exactly this text, so a detokenizer with nothing pending looks it up."""
+        character gives exactly this text, so a detokenizer with nothing pending looks it up. (Not
+        byte-level: a byte piece ``<0xNN>`` is ``_PARTIAL`` too, its text depending on its
+        neighbours.)"""
         try:
             s = self._text[token_id]
         except IndexError:
             return ""
         if s is None:
-            try:
-                s = self.token_bytes(token_id).decode("utf-8")
-            except UnicodeDecodeError:
+            if not self.byte_level and _is_byte_piece(self._rust.id_to_token(token_id) or ""):
                 s = _PARTIAL
+            else:
+                try:
+                    s = self.token_bytes(token_id).decode("utf-8")
+                except UnicodeDecodeError:
+                    s = _PARTIAL
             self._text[token_id] = s
         return s
 
@@ -140,12 +157,29 @@ class TokenTable:
             if all(c in _BYTE_OF_CHAR for c in piece):
                 return piece.translate(_TO_LATIN1).encode("latin-1")
             return piece.encode()
-        if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
-            try:
-                return bytes([int(piece[3:5], 16)])
-            except ValueError:
-                pass
+        if _is_byte_piece(piece):
+            return bytes([int(piece[3:5], 16)])
         return piece.replace("\u2581", " ").encode()
+
+
+def _is_byte_piece(piece: str) -> bool:
+    """``<0xNN>``, a byte-fallback piece (as ``tokenizers``' ByteFallback decoder reads it)."""
+    if len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+        try:
+            int(piece[3:5], 16)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def _decoder_is_piecewise(rust: _RustTokenizer) -> bool:
+    decoder = getattr(rust, "decoder", None)
+    try:
+        state = json.loads(decoder.__getstate__()) if decoder is not None else None
+    except (AttributeError, TypeError, ValueError):
+        return False
+    return bool(state == _PIECEWISE_DECODER)
 
 
 def _decoder_is_byte_level(rust: _RustTokenizer) -> bool:
@@ -273,6 +307,17 @@ class WindowDetokenizer:
         return "".join(out)
 
     def _step(self, token_id: int) -> str:
+        table = self._table
+        if table.piecewise and self._prefix_index == len(self._ids) and not (
+                self._skip and token_id in table.special_ids):
+            # nothing pending, a decoder with no context rule: the window would decode to the prefix
+            # and this token's own text, emit it and keep just this token; so, without decoding
+            s = table.token_text(token_id)
+            if s and s is not _PARTIAL and s[-1] != _REPLACEMENT:
+                self._ids = [token_id]
+                self._prefix = s
+                self._prefix_index = 1
+                return s
         self._ids.append(token_id)
         text = self._table.decode(self._ids, self._skip)
         prefix = self._prefix

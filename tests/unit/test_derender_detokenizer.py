@@ -193,3 +193,64 @@ def test_ids_past_the_tokenizer_decode_to_nothing_as_the_tokenizer_does(algorith
         text = "".join(det.push(c) for c in chunks) + det.flush()
         assert text == rust.decode(seq, skip_special_tokens=True) == "Hello 世界 🎉"
     assert table.token_bytes(table.vocab_size) == b""
+
+
+# -- the window algorithm's step without decoding, for a decoder with no context rule (Gemma 4) ------
+
+
+def test_a_piecewise_decoder_is_told_apart(tokenizer: Callable[[str], Any]) -> None:
+    assert token_table(tokenizer("gemma-4")).piecewise  # Replace "▁" → " ", ByteFallback, Fuse
+    assert not token_table(tokenizer("qwen3")).piecewise  # byte-level
+    assert not TokenTable(_sentencepiece_style()).piecewise  # Strip: the first space depends on context
+
+
+@pytest.mark.slow
+def test_every_piece_of_a_piecewise_tokenizer_decodes_to_its_text_after_any_other(
+        tokenizer: Callable[[str], Any]) -> None:
+    rust = tokenizer("gemma-4")._tokenizer
+    table = token_table(tokenizer("gemma-4"))
+    decoded = rust.decode_batch([[i] for i in range(table.vocab_size)], skip_special_tokens=False)
+    texts = [table.token_text(i) for i in range(table.vocab_size)]
+    assert [i for i, t in enumerate(texts) if t != "\ud800" and t != decoded[i]] == []
+    pieces = [i for i, t in enumerate(texts) if t == "\ud800"]
+    assert [rust.id_to_token(i) for i in pieces] == [f"<0x{b:02X}>" for b in range(256)]  # the byte pieces only
+    rnd = random.Random(3)
+    whole = [i for i, t in enumerate(texts) if t != "\ud800"]
+    for _ in range(3000):  # after any ids, byte pieces (valid or not) included
+        before = [rnd.choice(pieces if rnd.random() < 0.5 else whole) for _ in range(rnd.randrange(6))]
+        after = rnd.choice(whole)
+        assert rust.decode([*before, after], skip_special_tokens=False) == \
+            rust.decode(before, skip_special_tokens=False) + texts[after]
+
+
+@pytest.mark.parametrize("skip_special_tokens", [True, False])
+def test_the_piecewise_step_is_the_window_algorithm(tokenizer: Callable[[str], Any], skip_special_tokens: bool) -> None:
+    """Token by token, the step that skips decoding emits what the window algorithm emits and
+    leaves the same state (so snapshots are the same too), on text, special tokens, byte pieces
+    that make characters or never do, and ids past the tokenizer; and the text is the full decode."""
+    tok = tokenizer("gemma-4")
+    rust = tok._tokenizer
+    fast = token_table(tok)
+    slow = TokenTable(rust, piecewise=False)
+    assert fast.piecewise and not fast.byte_level and not slow.piecewise
+    rnd = random.Random(11)
+    ids = rust.encode(TEXT + "<|channel>thought\n𓀀𓁿 ok<channel|><turn|>", add_special_tokens=False).ids
+    pieces = [rust.token_to_id(f"<0x{b:02X}>") for b in range(256)]
+    # (and tokens whose own text ends in U+FFFD, which the window algorithm holds as unfinished)
+    ending = [i for i in range(fast.vocab_size) if fast.token_text(i).endswith("\ufffd")]
+    assert ending
+    garbage = [rnd.choice([*pieces, *ending[:3], rnd.randrange(fast.vocab_size), fast.vocab_size + 3])
+               for _ in range(300)]
+    prompt = rust.encode("Plan my week.", add_special_tokens=False).ids
+    for seq in (ids, ids + garbage, garbage + ids, [*ids[:9], ending[0], *ids[9:20], ending[1], ending[2]]):
+        a = new_detokenizer(fast, skip_special_tokens=skip_special_tokens, prompt_ids=prompt)
+        b = new_detokenizer(slow, skip_special_tokens=skip_special_tokens, prompt_ids=prompt)
+        out = []
+        for i in seq:
+            out.append(a.push([i]))
+            assert out[-1] == b.push([i])
+            assert a.snapshot() == b.snapshot()
+        out.append(a.flush())
+        assert out[-1] == b.flush()
+        if seq is ids:
+            assert "".join(out) == rust.decode(seq, skip_special_tokens=skip_special_tokens)
