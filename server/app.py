@@ -35,6 +35,7 @@ from server.routing import Route
 from server.services import Services, build_services
 from server.shutdown import DrainMiddleware
 from server.ws.endpoint import SESSION_PATH, session_endpoint
+from server.ws.responses import RESPONSES_PATH, responses_endpoint
 from server.ws.transport import RawSendMiddleware
 
 log = logging.getLogger("tokenwire")
@@ -54,6 +55,7 @@ ROUTE_LISTS: tuple[Callable[[], list[Route]], ...] = (
 # The WebSocket routes: (path, endpoint, group).
 WEBSOCKET_ROUTES: tuple[tuple[str, Callable[..., Any], RouteGroup], ...] = (
     (SESSION_PATH, session_endpoint, RouteGroup.WEBSOCKET),
+    (RESPONSES_PATH, responses_endpoint, RouteGroup.PIPELINE),  # the Responses API's WebSocket mode
 )
 
 

@@ -178,6 +178,9 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="close a WebSocket session after this many seconds (default 86400)")
     p.add_argument("--ws-per-message-deflate", action="store_true",
                    help="offer permessage-deflate on WebSocket sessions (default off)")
+    p.add_argument("--responses-ws-max-lifetime", type=_number(0, strict=True), default=3600.0,
+                   help="close a Responses API WebSocket (GET /v1/responses) after this many seconds, with "
+                        "OpenAI's websocket_connection_limit_reached (default 3600, OpenAI's 60 minutes)")
     p.add_argument("--socket-send-buffer", type=_int_in(0), default=128 * 1024,
                    help="kernel send buffer per connection in bytes (default 128 KiB; 0: kernel autotuning, "
                         "which lets a slow reader's stale deltas pile up in megabytes of socket buffer)")
@@ -358,6 +361,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         ws_idle_timeout=args.ws_idle_timeout,
         ws_max_lifetime=args.ws_max_lifetime,
         ws_per_message_deflate=args.ws_per_message_deflate,
+        responses_ws_max_lifetime=args.responses_ws_max_lifetime,
         socket_send_buffer=args.socket_send_buffer,
         shutdown_timeout=args.shutdown_timeout,
         rate_limit=args.rate_limit,

@@ -38,7 +38,8 @@ class RouteGroup(StrEnum):
     DERENDER = "derender"  # /v1/*/derender  (scale-out)
     GENERATE = "generate"  # /inference/v1/generate  (scale-out, needs an engine)
     ABORT = "abort"  # /abort_requests  (tokens-only)
-    PIPELINE = "pipeline"  # /v1/chat/completions, /v1/completions, /v1/messages (+ /count_tokens)
+    PIPELINE = "pipeline"  # /v1/chat/completions, /v1/completions, /v1/messages (+ /count_tokens), /v1/responses
+    #                        (HTTP, and its WebSocket mode: GET /v1/responses upgraded)
     WEBSOCKET = "websocket"  # /v1/session (frames are gated like the routes above)
     PLAYGROUND = "playground"  # / and the browser client
 
