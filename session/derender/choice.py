@@ -30,7 +30,7 @@ __all__ = ["ArgsPiece", "ChoiceStream", "Piece", "StreamSpec"]
 
 # ChoiceStream.route: where a text that holds nothing the parsers look for goes (see _route)
 _SLOW = object()  # feed the parsers
-_REASONING = object()  # no character route_guard in the text: all reasoning
+_REASONING = object()  # no character route_guard in the text (route_space: nor trailing space): all reasoning
 _CONTENT = object()  # no character route_guard in the text: all content
 _ARGS = object()  # a JSON-plain text without route_guard (route_space: nor trailing space): call route_call's arguments
 _ARGS_MATCH = object()  # a JSON-plain text route_match finds nothing in: call route_call's arguments
@@ -301,7 +301,7 @@ class ChoiceStream:
             return Piece(counted=n)
         route = self.route
         if route is _REASONING:
-            if self.route_guard not in text:
+            if self.route_guard not in text and not (self.route_space and text[-1].isspace()):
                 return Piece("", text if self.spec.include_reasoning else "", (), n)
         elif route is _CONTENT:
             if self.route_guard not in text:
@@ -332,7 +332,7 @@ class ChoiceStream:
         if reasoning is not None and not reasoning.passthrough:
             guard = reasoning.plain_reasoning_guard()
             if guard:
-                self.route, self.route_guard = _REASONING, guard
+                self.route, self.route_guard, self.route_space = _REASONING, guard, reasoning.plain_reasoning_hold_space
                 return
             if tool is None:  # (harmony: the parser in the reasoning slot makes the calls too)
                 call = reasoning.plain_args_call()

@@ -66,6 +66,10 @@ class ReasoningParser(abc.ABC):
     # True for the parsers vLLM 0.32 builds from its engine grammars (``vllm/parser/``): see
     # ToolParser.engine_based.
     engine_based: ClassVar[bool] = False
+    # With plain_reasoning_guard: True when a text that ends in whitespace is not covered either
+    # (the parser holds the reasoning's trailing whitespace back until more reasoning follows, as
+    # glm45 and kimi_k2 do: vLLM strips it).
+    plain_reasoning_hold_space: ClassVar[bool] = False
 
     def __init__(self, ctx: ParserContext) -> None:
         self.ctx = ctx
@@ -96,9 +100,9 @@ class ReasoningParser(abc.ABC):
 
     def plain_reasoning_guard(self) -> str | None:
         """When not None: a character that every marker the parser looks for now starts with;
-        feeding a text that does not contain it would change nothing and return exactly
-        ``reasoning=text`` (so the derenderer may skip ``feed`` for such texts). None: no such
-        shortcut now (the default)."""
+        feeding a text that does not contain it (with :attr:`plain_reasoning_hold_space`, nor end
+        in whitespace) would change nothing and return exactly ``reasoning=text`` (so the
+        derenderer may skip ``feed`` for such texts). None: no such shortcut now (the default)."""
         return None
 
     def plain_content_guard(self) -> str | None:

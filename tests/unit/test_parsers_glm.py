@@ -278,10 +278,18 @@ def test_a_typed_value_is_held_until_it_closes() -> None:
     assert [d.arguments for d in parser.feed("</arg_value>").tool_calls] == ['"days": 12']
 
 
-def test_after_the_reasoning_the_content_guard_is_offered_with_nothing_held() -> None:
+def test_the_reasoning_and_content_guards_are_offered_with_nothing_held() -> None:
     parser = R(CTX)
-    assert parser.plain_content_guard() is None  # (reasoning: its trailing whitespace is held)
-    assert parser.feed("plan</think>ok </thi").content == "ok "
+    assert parser.plain_reasoning_guard() == "<" and parser.plain_reasoning_hold_space
+    assert parser.plain_content_guard() is None  # (reasoning)
+    assert parser.feed("plan ").reasoning == "plan"
+    assert parser.plain_reasoning_guard() is None  # its trailing whitespace is held
+    assert parser.feed("ahead").reasoning == " ahead"
+    assert parser.plain_reasoning_guard() == "<"
+    assert parser.feed("</thi").reasoning == ""
+    assert parser.plain_reasoning_guard() is None  # a partial </think> is held
+    assert parser.feed("nk>ok </thi").content == "ok "
+    assert parser.plain_reasoning_guard() is None
     assert parser.plain_content_guard() is None  # a partial </think> is held
     assert parser.feed("nk>more").content == "more"
     assert parser.plain_content_guard() == "<"

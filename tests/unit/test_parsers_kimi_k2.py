@@ -249,10 +249,18 @@ def test_any_split_of_kimi_output_equals_one_shot(text: str, data: st.DataObject
     assert streamed(R, split_at(text, cuts), ctx) == one_shot(R, text, ctx)
 
 
-def test_after_the_reasoning_the_content_guard_is_offered_with_nothing_held() -> None:
+def test_the_reasoning_and_content_guards_are_offered_with_nothing_held() -> None:
     parser = R(AUTO)
-    assert parser.plain_content_guard() is None  # (reasoning: its trailing whitespace is held)
-    assert parser.feed("plan</think>ok </thi").content == "ok "
+    assert parser.plain_reasoning_guard() == "<" and parser.plain_reasoning_hold_space
+    assert parser.plain_content_guard() is None  # (reasoning)
+    assert parser.feed("plan ").reasoning == "plan"
+    assert parser.plain_reasoning_guard() is None  # its trailing whitespace is held
+    assert parser.feed("ahead").reasoning == " ahead"
+    assert parser.plain_reasoning_guard() == "<"
+    assert parser.feed("</thi").reasoning == ""
+    assert parser.plain_reasoning_guard() is None  # a partial </think> is held
+    assert parser.feed("nk>ok </thi").content == "ok "
+    assert parser.plain_reasoning_guard() is None
     assert parser.plain_content_guard() is None  # a partial </think> is held
     assert parser.feed("nk>more").content == "more"
     assert parser.plain_content_guard() == "<"

@@ -113,7 +113,7 @@ def _promises(parser: ToolParser | ReasoningParser, text: str) -> list[tuple[str
         guard = parser.plain_reasoning_guard()
         if guard is not None:
             assert len(guard) == 1
-            if guard not in text:
+            if guard not in text and not (parser.plain_reasoning_hold_space and text[-1].isspace()):
                 out.append(("", text, []))
         if parser.passthrough:
             out.append((text, "", []))
@@ -161,7 +161,9 @@ def test_a_text_a_shortcut_covers_feeds_as_promised_and_changes_nothing(
     (Qwen3ReasoningParser, AUTO, "", "reasoning <"),
     (Qwen3ReasoningParser, AUTO, "<think>I wonder", "reasoning <"),
     (Qwen3ReasoningParser, AUTO, "hm</think>", "passthrough"),
+    (REASONING_PARSERS["glm45"], AUTO, "I wonder", "reasoning <"),
     (REASONING_PARSERS["glm45"], AUTO, "hm</think>", "content <"),
+    (REASONING_PARSERS["kimi_k2"], AUTO, "I wonder", "reasoning <"),
     (REASONING_PARSERS["kimi_k2"], AUTO, "hm</think>", "content <"),
     (GlmToolParser, AUTO, "<tool_call>get_weather<arg_key>city</arg_key><arg_value>Par", "args 0"),
     (KimiK2ToolParser, AUTO, '<|tool_calls_section_begin|><|tool_call_begin|>functions.get_weather:0'

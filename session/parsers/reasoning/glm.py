@@ -45,6 +45,12 @@ class GlmReasoningParser(ModalReasoningParser):
     def passthrough(self) -> bool:
         return self._mode == "x"
 
+    plain_reasoning_hold_space: ClassVar[bool] = True  # (its trailing whitespace is held: stripped at the end)
+
+    def plain_reasoning_guard(self) -> str | None:
+        # Every marker starts with "<"; with trailing whitespace held, a text is not simply reasoning.
+        return "<" if self._mode == "r" and not self._buf and not self._ws else None
+
     def plain_content_guard(self) -> str | None:
         # After the reasoning only <think> / </think> are looked for, both starting with "<".
         return "<" if self._mode == "c" and not self._buf else None

@@ -43,6 +43,12 @@ class KimiK2ReasoningParser(ModalReasoningParser):
     def passthrough(self) -> bool:
         return self._mode == "off"
 
+    plain_reasoning_hold_space: ClassVar[bool] = True  # (its trailing whitespace is held: stripped at the end)
+
+    def plain_reasoning_guard(self) -> str | None:
+        # Every marker starts with "<"; with trailing whitespace held, a text is not simply reasoning.
+        return "<" if self._mode == "reasoning" and not self._buf and not self._ws else None
+
     def plain_content_guard(self) -> str | None:
         # After the reasoning only </think> is looked for (and dropped).
         return "<" if self._mode == "content" and not self._buf else None
