@@ -124,7 +124,8 @@ def output_from_chat(chat: dict[str, Any], names: dict[str, tuple[str | None, st
     choice = chat["choices"][0]
     msg = choice.get("message") or {}
     finish = choice.get("finish_reason")
-    status = "incomplete" if finish == "length" else "completed"
+    # the message is cut short only when the output hit the limit with the message last
+    status = "incomplete" if finish == "length" and not msg.get("tool_calls") else "completed"
     items: list[dict[str, Any]] = []
     if msg.get("reasoning"):
         items.append(reasoning_item(msg["reasoning"], seal=seal))
