@@ -71,7 +71,7 @@ class Lexer:
     depth: int = 0
     mode: int = STRUCTURE
 
-    def feed(self, data: bytes) -> Lexer:
+    def feed(self, data: bytes | bytearray) -> Lexer:
         depth, mode = self.depth, self.mode
         for b in data:
             if mode == STRING:
@@ -172,14 +172,49 @@ def _or_rank(node: Any) -> tuple[int, int]:
     return (0 if free else 1, 0 if "<|constrain|>" in str(node.get("begin", "")) else 1)
 
 
-def last_json_begin(data: bytes, shape: TagShape, start: int = 0) -> int:
-    """Where the JSON content of the last JSON tag opened in ``data[start:]`` begins (-1: none)."""
+def last_json_begin(data: bytes | bytearray, shape: TagShape) -> int:
+    """Where the JSON content of the last JSON tag opened in ``data`` begins (-1: none)."""
     best = -1
     for begin in shape.json_begins:
-        at = data.rfind(begin, start)
+        at = data.rfind(begin)
         if at >= 0:
             best = max(best, at + len(begin))
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class Region:
+    """Where a structural tag's text stands in JSON content: ``at``, the offset the last JSON content
+    began at (-1: none yet); ``lex``, the lexer over that content; ``started``, whether a value began."""
+
+    at: int = -1
+    lex: Lexer = Lexer()
+    started: bool = False
+
+    @classmethod
+    def of(cls, text: bytes | bytearray, shape: TagShape) -> Region:
+        at = last_json_begin(text, shape)
+        if at < 0:
+            return cls()
+        return cls(at, Lexer().feed(text[at:]), bool(text[at:].strip()))
+
+    def fed(self, text: bytes | bytearray, added: int, shape: TagShape) -> Region:
+        """The region once the last ``added`` bytes of ``text`` were appended (only they, and the
+        begins they may complete, are read)."""
+        start = max(0, len(text) - added - shape.longest + 1)
+        found = last_json_begin(text[start:], shape)
+        if found >= 0 and start + found > self.at:  # a JSON tag opened: its content starts here
+            at = start + found
+            return Region(at, Lexer().feed(text[at:]), bool(text[at:].strip()))
+        if self.at < 0:
+            return self
+        data = text[len(text) - added:]
+        return Region(self.at, self.lex.feed(data), self.started or bool(data.strip()))
+
+    @property
+    def open(self) -> bool:
+        """Inside JSON content whose value is not complete yet."""
+        return self.at >= 0 and (self.lex.mode != STRUCTURE or self.lex.depth > 0 or not self.started)
 
 
 # --- the walk ------------------------------------------------------------------------------------
@@ -272,16 +307,18 @@ class _Walk:
 _ONE = [bytes([b]) for b in range(256)]
 
 
-def closing_path(matcher: Any, json_text: Lexer | None, tag: TagShape | None = None, text: bytes = b"",
-                 json_at: int = -1) -> bytes | None:
+def closing_path(matcher: Any, json_text: Lexer | None, tag: TagShape | None = None,
+                 text: bytes | bytearray = b"", region: Region | None = None) -> bytes | None:
     """The bytes that complete the document from ``matcher``'s state (the matcher is not changed),
     or None when the walk finds none within its budget. ``json_text`` is the lexer state of the
     text so far for JSON constraints, None for the others. For a structural tag, ``tag`` is its
-    shape, ``text`` the text so far and ``json_at`` where in it the last JSON content began."""
+    shape, ``text`` the text so far and ``region`` where it stands in JSON content."""
     m = matcher.fork()
     walk = _Walk()
     out = bytearray()
     lex = json_text
+    full = bytearray(text) if tag is not None else bytearray()
+    place = region if region is not None else Region()
     try:
         while not m.is_completed():
             if len(out) > _MAX_BYTES:
@@ -292,7 +329,7 @@ def closing_path(matcher: Any, json_text: Lexer | None, tag: TagShape | None = N
             if forced:
                 data: bytes | None = forced.encode()
             elif tag is not None:
-                data = _tag_move(m, tag, walk, text + out, json_at)
+                data = _tag_move(m, tag, walk, full, place)
             else:
                 data = _json_move(m, lex, walk) if lex is not None else _any_move(m, walk)
             if not data or not m.accept_string(data):
@@ -301,9 +338,8 @@ def closing_path(matcher: Any, json_text: Lexer | None, tag: TagShape | None = N
             if lex is not None:
                 lex = lex.feed(data)
             if tag is not None:
-                found = last_json_begin(bytes(text[-tag.longest:] if tag.longest else b"") + bytes(out), tag)
-                if found >= 0:
-                    json_at = len(text) - min(tag.longest, len(text)) + found
+                full += data
+                place = place.fed(full, len(data), tag)
     except _GiveUp:
         return None
     return bytes(out)
@@ -312,17 +348,15 @@ def closing_path(matcher: Any, json_text: Lexer | None, tag: TagShape | None = N
 _TAG_VALUE_START = b"{" + _VALUE_START  # a free JSON value (a tool's arguments): {} first
 
 
-def _tag_move(m: Any, tag: TagShape, walk: _Walk, text: bytes, json_at: int) -> bytes | None:
+def _tag_move(m: Any, tag: TagShape, walk: _Walk, text: bytearray, place: Region) -> bytes | None:
     """One move inside a structural tag: inside JSON content, the JSON policy; else an end string,
     a begin string, or the rest of one the text has started; else the shortest run to the end."""
-    if json_at >= 0:
-        lex = Lexer().feed(text[json_at:])
-        started = bool(text[json_at:].strip())
-        if lex.mode != STRUCTURE or lex.depth > 0 or not started:
-            if lex.mode == STRUCTURE and lex.depth == 0:
-                move = walk.first(m, _TAG_VALUE_START)
-                return move if move is not None else _json_move(m, lex, walk)
-            return _json_move(m, lex, walk)
+    if place.open:
+        lex = place.lex
+        if lex.mode == STRUCTURE and lex.depth == 0:  # the value has not begun
+            move = walk.first(m, _TAG_VALUE_START)
+            return move if move is not None else _json_move(m, lex, walk)
+        return _json_move(m, lex, walk)
     for marker in (*tag.ends, *tag.begins):
         if walk.accepts_all(m, marker):
             return marker
@@ -375,7 +409,7 @@ class Closing:
     :meth:`before` runs before the step's draw and may restrict the row to one token;
     :meth:`after` runs once the matcher accepted the drawn token and may replace it."""
 
-    __slots__ = ("_bytes_of", "_vocab", "check", "due", "estimate", "json_at", "lexer", "off", "path", "stop_ids",
+    __slots__ = ("_bytes_of", "_vocab", "check", "due", "estimate", "lexer", "off", "path", "region", "stop_ids",
                  "tag", "text", "walks")
 
     def __init__(self, vocab: Vocab, bytes_of: Sequence[bytes], stop_ids: Sequence[int], json_text: bool,
@@ -384,10 +418,10 @@ class Closing:
         self._bytes_of = bytes_of
         self.stop_ids = list(stop_ids)
         self.lexer = Lexer().feed(b"".join(bytes_of[t] for t in prefix)) if json_text else None
-        # a structural tag: the text so far, and where its last JSON content began
+        # a structural tag: the text so far, and where it stands in JSON content
         self.tag = tag
         self.text = bytearray(b"".join(bytes_of[t] for t in prefix)) if tag is not None else bytearray()
-        self.json_at = last_json_begin(bytes(self.text), tag) if tag is not None else -1
+        self.region = Region.of(self.text, tag) if tag is not None else Region()
         self.path: list[int] | None = None  # tokens completing the document from the current state
         self.estimate = 0  # the last path's length, while ``path`` is stale
         self.due = 0  # tokens generated when the next walk is due
@@ -398,7 +432,7 @@ class Closing:
     def walk(self, matcher: Any) -> list[int] | None:
         """A checked closing path from ``matcher``'s state (tokens, the stop token not included)."""
         self.walks += 1
-        data = closing_path(matcher, self.lexer, self.tag, bytes(self.text), self.json_at)
+        data = closing_path(matcher, self.lexer, self.tag, self.text, self.region)
         tokens = self._vocab.tokens(data) if data is not None else None
         if tokens is None or not check_path(matcher, tokens, self.stop_ids[0]):
             return None
@@ -435,7 +469,7 @@ class Closing:
         path = self.path
         if self.off or matcher.is_terminated():
             return None
-        lexer, size, json_at = self.lexer, len(self.text), self.json_at
+        lexer, size, region = self.lexer, len(self.text), self.region
         if path and token == path[0]:
             self.path = path[1:]
             self._feed(token)
@@ -451,7 +485,7 @@ class Closing:
             return None
         assert path is not None  # check is set only with a path
         matcher.rollback(1)
-        self.lexer, self.json_at = lexer, json_at
+        self.lexer, self.region = lexer, region
         del self.text[size:]
         replacement = path[0] if path else self.stop_ids[0]
         matcher.accept_token(replacement)
@@ -464,8 +498,6 @@ class Closing:
             self.lexer = self.lexer.feed(self._bytes_of[token])
         tag = self.tag
         if tag is not None:
-            start = max(0, len(self.text) - tag.longest + 1)
-            self.text += self._bytes_of[token]
-            found = last_json_begin(bytes(self.text[start:]), tag)
-            if found >= 0:
-                self.json_at = start + found
+            data = self._bytes_of[token]
+            self.text += data
+            self.region = self.region.fed(self.text, len(data), tag)

@@ -150,3 +150,22 @@ def test_closing_opens_the_typed_final_message_first() -> None:
     assert tools.begins[0] == b"<|channel|>final <|constrain|>json<|message|>"  # free text: an end closes it
     required = tag_shape(json.loads(CASES["required"]["structured_outputs"]["structural_tag"]))
     assert required.begins[0] == b" to=functions.get_weather<|channel|>commentary <|constrain|>json<|message|>"
+
+
+def test_closing_follows_the_json_content_incrementally_as_from_scratch() -> None:
+    """What closing reads of a structural tag's text (the last JSON content opened, its lexer) fed
+    piece by piece equals reading the whole text again, at every split."""
+    from engine.local.structured_closing import Region, tag_shape
+
+    shape = tag_shape(json.loads(CASES["auto_strict_and_schema"]["structured_outputs"]["structural_tag"]))
+    text = ('<|channel|>analysis<|message|>think {"a": [1, <|channel|>final json<|message|>{"x"'
+            '<|end|><|start|>assistant<|channel|>final <|constrain|>json<|message|> {"x": [1, "}", {"y": 2.5e3')
+    data = text.encode()
+    for step in (1, 2, 3, 7, 13):
+        region, grown = Region(), bytearray()
+        for i in range(0, len(data), step):
+            piece = data[i:i + step]
+            grown += piece
+            region = region.fed(grown, len(piece), shape)
+            assert region == Region.of(grown, shape), grown
+    assert region.open and region.lex.depth == 3  # inside {"x": [ … {"y": 2.5e3
