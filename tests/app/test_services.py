@@ -45,7 +45,7 @@ def test_the_services_are_built_once_when_the_app_is_created_and_shared(
         assert r.status_code == 200, r.text
         assert app.state.services is services
         assert [route.path for route in app.state.routes if route.path.endswith("/render")] == [
-            "/v1/chat/completions/render", "/v1/completions/render", "/v1/messages/render"]
+            "/v1/chat/completions/render", "/v1/completions/render", "/v1/messages/render", "/v1/responses/render"]
 
 
 def test_the_derender_service_exists_only_where_its_routes_are_served(
