@@ -11,7 +11,11 @@ run, with the same engine:
 - ``sse``: ``c`` ``POST /v1/chat/completions`` streams through the server (render → engine →
   incremental derender → SSE), one HTTP connection each;
 - ``ws``: ``c`` WebSocket sessions (``/v1/session``), one ``chat`` frame each (the same render →
-  engine → derender, framed as ``chat.delta``).
+  engine → derender, framed as ``chat.delta``);
+- ``responses_sse`` / ``responses_ws`` (with ``--modes``): the same stream as an OpenAI Responses
+  request, ``POST /v1/responses`` SSE or a ``response.create`` on the Responses WebSocket mode
+  (``GET /v1/responses``), one connection each, counted by their ``response.output_text.delta``
+  events (no delivery latency: the client does not learn the engine's request id).
 
 Per mode: time to first token (which includes waiting for the engine's next step, up to one
 ``--step-ms``); latency to the engine (the request's arrival at the engine minus its sending:
@@ -69,6 +73,18 @@ class Stream:
 def _chat_body(i: int, tokens: int) -> dict[str, Any]:
     return {"model": "bench", "messages": [{"role": "user", "content": f"Stream {i}: tell me a story."}],
             "max_tokens": tokens, "temperature": 0}
+
+
+def _responses_body(i: int, tokens: int) -> dict[str, Any]:
+    return {"model": "bench", "input": f"Stream {i}: tell me a story.", "max_output_tokens": tokens,
+            "temperature": 0, "store": False}
+
+
+def _responses_tokens(event: dict[str, Any]) -> int:
+    return len(event["delta"].split()) if event["type"] == "response.output_text.delta" else 0
+
+
+RESPONSES_END = ("response.completed", "response.incomplete", "response.failed", "error")
 
 
 def _content_tokens(chunk: dict[str, Any]) -> int:
@@ -133,6 +149,51 @@ async def _sse(conns: list[SseStream], c: int, tokens: int, ramp_s: float) -> li
     return streams
 
 
+async def _responses_sse(conns: list[SseStream], c: int, tokens: int, ramp_s: float) -> list[Stream]:
+    streams = [Stream() for _ in range(c)]
+
+    async def one(i: int, conn: SseStream, s: Stream) -> None:
+        body = orjson.dumps({**_responses_body(i, tokens), "stream": True})
+        await _arrive(i, c, ramp_s)
+        s.sent_ns = time.monotonic_ns()
+        conn.send("/v1/responses", body)
+        async for data in conn.events():
+            event = orjson.loads(data)
+            if n := _responses_tokens(event):
+                s.recv_ns += [time.monotonic_ns()] * n
+            elif event["type"] in ("response.failed", "error"):
+                raise RuntimeError(f"Responses stream failed: {event}")
+        conn.close()
+
+    await asyncio.gather(*(one(i, conn, s) for i, (conn, s) in enumerate(zip(conns, streams, strict=True))))
+    return streams
+
+
+async def _responses_ws(sockets: list[Any], c: int, tokens: int, ramp_s: float) -> list[Stream]:
+    streams = [Stream() for _ in range(c)]
+
+    async def one(i: int, ws: Any, s: Stream) -> None:
+        event_out = orjson.dumps({"type": "response.create", **_responses_body(i, tokens)})
+        await _arrive(i, c, ramp_s)
+        s.sent_ns = time.monotonic_ns()
+        await ws.send(event_out)
+        while True:
+            message = await ws.recv()
+            if message is None:
+                raise RuntimeError("the server closed the Responses WebSocket mid-stream")
+            event = orjson.loads(message)
+            if n := _responses_tokens(event):
+                s.recv_ns += [time.monotonic_ns()] * n
+            elif event["type"] in RESPONSES_END:
+                if event["type"] in ("response.failed", "error"):
+                    raise RuntimeError(f"Responses stream failed: {event}")
+                break
+        await ws.close()
+
+    await asyncio.gather(*(one(i, ws, s) for i, (ws, s) in enumerate(zip(sockets, streams, strict=True))))
+    return streams
+
+
 async def _open_sessions(ws_url: str, c: int, client: str) -> list[Any]:
     """``c`` sessions, created: each a lean :class:`WsStream` (``client="lean"``), or the
     ``websockets`` library's client, whose own cost per frame is several times the lean one's."""
@@ -173,6 +234,13 @@ async def _connect(mode: str, url: str, c: int, ws_client: str = "lean") -> Any:
     """The mode's connections (sessions: upgraded and created), opened before the clock starts."""
     if mode == "ws":
         return await _open_sessions("ws" + url[len("http"):], c, ws_client)
+    if mode == "responses_ws":
+        ws_url = "ws" + url[len("http"):] + "/v1/responses"
+        sockets: list[Any] = []
+        for start in range(0, c, 100):
+            sockets += await asyncio.gather(*(WsStream.connect(ws_url, "tokenwire.v1")
+                                              for _ in range(start, min(c, start + 100))))
+        return sockets
     if mode == "sdk":
         import client_sdk
 
@@ -318,6 +386,10 @@ async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int
             streams = await _sse(conns, c, tokens, ramp_s)
         elif mode == "sdk":
             streams = await _sdk(conns, c, tokens, ramp_s)
+        elif mode == "responses_sse":
+            streams = await _responses_sse(conns, c, tokens, ramp_s)
+        elif mode == "responses_ws":
+            streams = await _responses_ws(conns, c, tokens, ramp_s)
         else:
             streams = await _ws(conns, c, tokens, ramp_s)
         wall, client_cpu = time.perf_counter() - t0, time.process_time() - client0
@@ -387,6 +459,9 @@ def run(model: Path, levels: list[int], tokens: int, step_ms: float, ramp_s: flo
             "modes": {"direct": "SSE straight from the paced engine (baseline)",
                       "sse": "POST /v1/chat/completions stream through the server",
                       "ws": "chat frames on /v1/session through the server, one session per stream",
+                      "responses_sse": "POST /v1/responses stream (SSE) through the server",
+                      "responses_ws": "response.create on the Responses WebSocket mode (GET /v1/responses), "
+                                      "one connection per stream",
                       **({"sdk": "client_sdk, every stream on one session"} if sdk else {})},
             "results": results}
 
@@ -410,7 +485,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--engine-link", choices=("ws", "http"), default="ws",
                    help="how the front end reaches the engine: the multiplexed session link (ws, default) or "
                         "one SSE stream per request (http, vLLM's wire)")
-    p.add_argument("--modes", nargs="+", choices=("sse", "ws"), default=["sse", "ws"],
+    p.add_argument("--modes", nargs="+", choices=("sse", "ws", "responses_sse", "responses_ws"),
+                   default=["sse", "ws"],
                    help="the through-server modes to run (the direct baseline always runs)")
     p.add_argument("--ws-client", choices=("lean", "websockets"), default="lean",
                    help="the benchmark's WebSocket client: frames by hand, as lean as its SSE reader (default), "
