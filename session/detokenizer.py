@@ -303,17 +303,23 @@ class WindowDetokenizer:
         self._prefix = table.decode(self._ids[: self._prefix_index], skip_special_tokens) if self._ids else ""
 
     def push(self, ids: Sequence[int]) -> str:
-        out = [self._step(i) for i in ids]
-        return "".join(out)
+        if len(ids) == 1:  # the common step
+            return self._step(ids[0])
+        return "".join([self._step(i) for i in ids])
 
     def _step(self, token_id: int) -> str:
         table = self._table
-        if table.piecewise and self._prefix_index == len(self._ids) and not (
-                self._skip and token_id in table.special_ids):
+        if table.piecewise and self._prefix_index == len(self._ids):
             # nothing pending, a decoder with no context rule: the window would decode to the prefix
             # and this token's own text, emit it and keep just this token; so, without decoding
-            s = table.token_text(token_id)
-            if s and s is not _PARTIAL and s[-1] != _REPLACEMENT:
+            try:
+                s = table._text[token_id]
+            except IndexError:  # past the tokenizer: no text
+                s = ""
+            if s is None:
+                s = table.token_text(token_id)
+            if s and s is not _PARTIAL and s[-1] != _REPLACEMENT and not (
+                    self._skip and token_id in table.special_ids):
                 self._ids = [token_id]
                 self._prefix = s
                 self._prefix_index = 1
