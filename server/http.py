@@ -17,6 +17,7 @@ from server import metrics
 from server.errors import ApiError, describe_validation_error
 from session.protocol.anthropic import MessagesRequest
 from session.protocol.openai import ChatCompletionRequest, CompletionRequest
+from session.protocol.responses import ResponsesRequest
 
 M = TypeVar("M", bound=BaseModel)
 log = logging.getLogger("tokenwire")
@@ -24,7 +25,7 @@ log = logging.getLogger("tokenwire")
 # Request models whose unknown top-level fields are accepted and ignored (as OpenAI-compatible
 # servers do), by API: each such field is counted, and named in a WARNING once per process.
 IGNORING_MODELS: dict[type[BaseModel], str] = {ChatCompletionRequest: "chat", CompletionRequest: "completion",
-                                               MessagesRequest: "messages"}
+                                               MessagesRequest: "messages", ResponsesRequest: "responses"}
 MAX_NAMED_FIELDS = 1024  # field names remembered as already logged (then no more are named)
 _named_fields: set[str] = set()
 

@@ -541,3 +541,9 @@ def test_deleting_a_running_response_ends_it_and_it_stays_deleted(served: str, e
             assert http.get(f"/v1/responses/{rid}").status_code == 404  # not stored again as it ended
     finally:
         engine.fault = None
+
+
+def test_unknown_fields_are_counted_as_ignored(front: TestClient) -> None:
+    before = metrics.IGNORED_FIELDS.labels("responses")._value.get()
+    assert front.post("/v1/responses", json={"input": "hi", "temprature": 0.2}).status_code == 200
+    assert metrics.IGNORED_FIELDS.labels("responses")._value.get() == before + 1
