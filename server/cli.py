@@ -30,6 +30,7 @@ from server.hosts import default_allowed_hosts
 from server.listener import bind
 from server.resume_budget import RESUME_WINDOW_S, RESUMES_PER_CHECKPOINT
 from server.settings import Mode, Settings
+from server.workers import Seat, check_workers, seat_of, supervise
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.auto import AUTO
 from session.parsers.auto import resolve as resolve_auto
@@ -206,6 +207,12 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                    help="streams one resume checkpoint may start on this replica; more are refused as replayed "
                         f"(default {RESUMES_PER_CHECKPOINT}; the SDKs resume at most 3 times in a row from one "
                         "checkpoint)")
+    p.add_argument("--workers", type=_int_in(1), default=1, metavar="N",
+                   help="server processes on the one port (SO_REUSEPORT; Linux), each with its own "
+                        + ("engine link" if render else "engine (with --tokens-only) or engine link (with --engine-url)")
+                        + "; /metrics labels each worker's samples worker=\"K\". Without --state-secret they share "
+                          "one generated for them. A worker that dies is restarted (default 1)"
+                        + ("" if render else "; plain `serve` runs its model in its own process and takes 1 only"))
     p.add_argument("--shutdown-timeout", type=_number(0), default=20.0,
                    help="on SIGTERM, seconds to let requests in flight finish before ending them with a "
                         "'shutting down' error (default 20; new connections are refused at once)")
@@ -425,9 +432,11 @@ def quiet_transformers(*, progress_bars: bool) -> None:
         os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 
-def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> socket.socket:
+def check_before_loading(args: argparse.Namespace, environ: dict[str, str],
+                         seat: Seat | None = None) -> socket.socket:
     """The checks that need no model, done before any is loaded: the rules between flags, the
-    environment, and the port (bound here, listened on once the server is ready)."""
+    environment, and the port (bound here, listened on once the server is ready; a ``--workers``
+    process gets its socket from its supervisor, ``seat``)."""
     if args.enable_auto_tool_choice and not args.tool_call_parser:
         raise ValueError("--enable-auto-tool-choice needs --tool-call-parser")
     if args.command == "serve" and args.tokens_only and args.engine_url:
@@ -439,15 +448,20 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str]) -> s
         resolve_plan(environ.get(PLAN_ENV, ""))
     state_secrets(args, environ)
     engine_api_key(args, environ)
+    check_workers(args.command, workers=args.workers, tokens_only=getattr(args, "tokens_only", False),
+                  engine_url=args.engine_url)
     if args.generation_config not in (GENERATION_AUTO, VLLM):  # a folder without a generation config, or a bad value
         load_generation_defaults(Path(args.generation_config), args.generation_config,
                                  args.override_generation_config)
     else:  # the model directory's own file is read with the model (the default model may not be built yet)
         resolve(None, source=VLLM, override=args.override_generation_config)
-    return bind(args.host, args.port, send_buffer=args.socket_send_buffer)
+    if seat is not None:  # a --workers process: its supervisor bound its socket
+        return seat.socket()
+    return bind(args.host, args.port, send_buffer=args.socket_send_buffer, reuse_port=args.workers > 1)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     quiet_transformers(progress_bars=args.command == "assets")
     if args.command == "launch":
@@ -458,18 +472,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         return assets_main(args)
     logging.basicConfig(level=args.log_level.upper(), format="%(levelname)s %(name)s: %(message)s")
     environ = dict(os.environ)
+    seat = seat_of(environ)
     sock: socket.socket | None = None
     try:
-        sock = check_before_loading(args, environ)
+        sock = check_before_loading(args, environ, seat)
         mode = Mode.RENDER if args.command == "launch" else Mode.TOKENS_ONLY if args.tokens_only else Mode.SERVE
         gating = decide(mode, environ, enable_scale_out=args.enable_scale_out,
                         has_engine_url=bool(args.engine_url))
         settings = settings_from_args(args, environ)
+        if args.workers > 1 and seat is None:
+            return supervise(argv, settings, sock, args.workers)
+        if seat is not None:
+            seat.watch_supervisor()
+            settings = settings.with_(worker=seat.index)
         # lazy, after keep_torch_out(): the server's modules load transformers (and, under `serve`,
         # the local engine loads torch)
         from server.runner import run
 
-        return run(settings, gating, sock)
+        return run(settings, gating, sock, seat)
     except (GatingError, ValueError) as exc:  # server.context.ModelLoadError is a ValueError
         return _fail(str(exc))
     except KeyboardInterrupt:

@@ -9,8 +9,10 @@ import errno
 import socket
 
 
-def bind(host: str, port: int, *, send_buffer: int = 0) -> socket.socket:
-    """A TCP socket bound to ``host:port`` (not yet listening); ``ValueError`` says why it cannot be."""
+def bind(host: str, port: int, *, send_buffer: int = 0, reuse_port: bool = False) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (not yet listening); ``ValueError`` says why it cannot be.
+    ``reuse_port``: with ``SO_REUSEPORT``, so that each ``--workers`` process listens on a socket of
+    its own on the same port and the kernel spreads new connections over them (server/workers.py)."""
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     try:
         sock = socket.socket(family, socket.SOCK_STREAM)
@@ -18,6 +20,8 @@ def bind(host: str, port: int, *, send_buffer: int = 0) -> socket.socket:
         raise ValueError(f"cannot open a socket for --host {host}: {exc.strerror}") from None
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        if reuse_port:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)
         if send_buffer:  # accepted connections inherit it (Linux, BSD)
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
         sock.bind((host, port))

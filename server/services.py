@@ -119,7 +119,8 @@ def session_config(ctx: ServerContext) -> SessionConfig:
     return SessionConfig(model=ctx.model_name, frames=frames, frame_hints=hints, max_in_flight=s.ws_max_in_flight,
                          max_frame_bytes=s.ws_max_frame_bytes, idle_timeout=s.ws_idle_timeout or None,
                          max_lifetime=s.ws_max_lifetime or None,
-                         server={"name": "tokenwire", "version": package_version()},
+                         server={"name": "tokenwire", "version": package_version(),
+                                 **({"worker": str(s.worker)} if s.worker is not None else {})},
                          features={"tool_call_parser": s.tool_call_parser,
                                    "auto_tool_choice": s.enable_auto_tool_choice and s.tool_call_parser is not None,
                                    "reasoning_parser": s.reasoning_parser})

@@ -91,6 +91,7 @@ class Settings:
     # how long, and how often, one resume checkpoint may start a stream (server/resume_budget.py)
     resume_window: float = RESUME_WINDOW_S
     resumes_per_checkpoint: int = RESUMES_PER_CHECKPOINT
+    worker: int | None = None  # this process's index among --workers N processes (None: it runs alone)
     environ: dict[str, str] = field(default_factory=lambda: dict(os.environ))
 
     def with_(self, **changes: object) -> Settings:

@@ -13,7 +13,7 @@ import logging
 import signal
 import socket
 import threading
-from collections.abc import Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from typing import Any
 
 import uvicorn
@@ -93,15 +93,18 @@ class GracefulServer(uvicorn.Server):
     """uvicorn with tokenwire's shutdown sequence (module docstring), exiting 0 on SIGTERM / SIGINT."""
 
     def __init__(self, config: uvicorn.Config, drain: Drain, engine: Engine | None, *,
-                 shutdown_timeout: float) -> None:
+                 shutdown_timeout: float, on_started: Callable[[], Awaitable[None]] | None = None) -> None:
         super().__init__(config)
         self.drain = drain
         self.engine = engine
         self.shutdown_timeout = shutdown_timeout
+        self.on_started = on_started  # once serving (a --workers process tells its supervisor)
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets=sockets)  # the lifespan ran: the engine is loaded
         settle_heap_for_serving()
+        if self.on_started is not None and self.started:
+            await self.on_started()
 
     def handle_exit(self, sig: int, frame: Any) -> None:
         """uvicorn's convention: a second SIGINT while shutting down quits at once; here a second

@@ -26,6 +26,7 @@ class HealthResponse(BaseModel):
     engine: str | None = None
     live_sequences: int | None = None  # sequences holding engine memory (0 when idle)
     detail: str = ""
+    worker: int | None = None  # which of --workers N processes answered (absent: the server runs alone)
 
 
 class ModelCard(BaseModel):
@@ -58,7 +59,7 @@ async def health(request: Request) -> Response:
         if not h.ok:
             status, detail = "degraded", h.detail
     body = HealthResponse(status=status, mode=ctx.settings.mode.value, model=ctx.model_name,  # type: ignore[arg-type]
-                          engine=engine_kind, live_sequences=live, detail=detail)
+                          engine=engine_kind, live_sequences=live, detail=detail, worker=ctx.settings.worker)
     return json_response(body, status=200 if status == "ok" else 503)
 
 
