@@ -103,6 +103,7 @@ def _primitives(out: list[str]) -> None:
 EXPECT: dict[str, Callable[[list[str]], None]] = {
     'client = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")': _capital,
     'client = anthropic.Anthropic(base_url="http://127.0.0.1:8000", api_key="none")': _capital,
+    'oai = OpenAI(base_url="http://127.0.0.1:8000/v1", api_key="none")': _capital,  # the Responses API
     "async with client_sdk.connect(URL) as client:  # api_key=... when the server has --api-key": _sdk_async,
     "with client_sdk.Client([URL], resumable=True, timeout=120) as client:": _sdk_sync,
     'request = await client.render("chat", BODY)  # a vLLM GenerateRequest': _primitives,
