@@ -121,7 +121,7 @@ def check_every_request(run: Run, tokenizer: Any) -> list[list[int]]:
     rendered = []
     for x in run.exchanges:
         body = x.json()
-        assert x.done and body["stream"] is True
+        assert body["stream"] is True
         events = x.sse_events()
         assert [e["type"] for e in events if e["type"] not in ("content_block_delta", "ping")] == [
             "message_start", "content_block_start", "content_block_stop", "message_delta", "message_stop"]
@@ -147,6 +147,7 @@ def check_every_request(run: Run, tokenizer: Any) -> list[list[int]]:
 
 @pytest.fixture(scope="module")
 def real_run(clis: AgentCLIs, asset: Callable[[str], Path], tmp_path_factory: pytest.TempPathFactory) -> Iterator[Run]:
+    # sampled (greedy, the random model gives only newlines, which Claude Code drops as no answer)
     with ServerProcess(["serve", asset(MODEL), "--max-model-len", "16384", *SERVER_FLAGS]) as srv:
         yield run_claude(clis, srv, tmp_path_factory.mktemp("claude-real"), {"CLAUDE_CODE_MAX_OUTPUT_TOKENS": "8"})
 

@@ -10,6 +10,7 @@ noted at the constants below (found with ``strace -f -e connect`` of whole runs)
 from __future__ import annotations
 
 import functools
+import json
 import os
 import subprocess
 from dataclasses import dataclass
@@ -91,3 +92,21 @@ def isolated_env(home: Path, extra: dict[str, str]) -> dict[str, str]:
     API keys, no user config), ``HOME`` in the test's own folder, plus ``extra``."""
     keep = {k: v for k, v in os.environ.items() if k in ("PATH", "LANG", "LC_ALL", "TMPDIR")}
     return {**keep, "HOME": str(home), **extra}
+
+
+def codex_model_catalog(slug: str, context_window: int) -> dict[str, object]:
+    """A ``model_catalog_json`` document with one entry for ``slug``: without one Codex 0.171.0 reports
+    an ``error`` item "Model metadata for `…` not found" on every turn. The fields are those Codex
+    requires of an entry; ``base_instructions`` is the text Codex uses for a model it has no metadata
+    for (the first developer message of tests/data/codex/http.json), so the prompt is the one a user
+    without a catalog gets."""
+    recorded = json.loads((ROOT / "tests" / "data" / "codex" / "http.json").read_text())
+    fallback = recorded["turns"][0]["exchanges"][0]["body"]["input"][0]["content"][0]["text"]
+    entry = {
+        "slug": slug, "display_name": slug, "description": "served by tokenwire", "context_window": context_window,
+        "supported_reasoning_levels": [], "shell_type": "unified_exec", "visibility": "list",
+        "supported_in_api": True, "priority": 1, "support_verbosity": False,
+        "truncation_policy": {"mode": "tokens", "limit": 10000}, "experimental_supported_tools": [],
+        "base_instructions": fallback,
+    }
+    return {"models": [entry]}

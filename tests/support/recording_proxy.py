@@ -37,8 +37,7 @@ class Exchange:
     body: bytes
     status: int = 0
     response_headers: dict[str, str] = field(default_factory=dict)
-    response_body: bytes = b""
-    done: bool = False
+    response_body: bytes = b""  # every chunk passed on so far (appended before the client gets it)
 
     def json(self) -> Any:
         return json.loads(self.body)
@@ -87,7 +86,6 @@ class RecordingProxy:
             async for chunk in upstream.aiter_raw():
                 ex.response_body += chunk
                 yield chunk
-            ex.done = True
 
         out_headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_BY_HOP}
         return StreamingResponse(relay(), status_code=upstream.status_code, headers=out_headers,
