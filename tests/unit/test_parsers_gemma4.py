@@ -475,3 +475,27 @@ def test_where_the_args_shortcut_is_offered_feeding_returns_the_text_and_changes
             assert twin.snapshot() == before
     chunks = split_at(text + plain * 3, data.draw(st.lists(st.integers(0, len(text) + 3 * len(plain)), max_size=20)))
     assert skipping(chunks, ctx) == chained([text + plain * 3], ctx)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=texts, plain=st.sampled_from(["plain words", "東京 😀", "x.", "word ", "tab\t", "a<b", "\u00a0"]),
+       data=st.data())
+def test_where_the_reasoning_parser_offers_a_shortcut_feeding_returns_the_text_and_changes_nothing(
+        text: str, plain: str, data: st.DataObject) -> None:
+    """plain_reasoning_guard (with plain_reasoning_hold_space: not a text that ends in whitespace)
+    and plain_content_guard, after any text split anywhere (also after "thought\\n" or a channel)."""
+    text = data.draw(st.sampled_from(["", "thought\n", "<|channel>thought\n", "<|channel>thought\nhm<channel|>"])) + text
+    parser = R(CTX["auto"])
+    for chunk in split_at(text, data.draw(st.lists(st.integers(0, len(text)), max_size=10))):
+        parser.feed(chunk)
+        promises = []
+        if parser.plain_reasoning_guard() not in (None, *plain) and not plain[-1].isspace():
+            promises.append(("", plain))
+        if parser.plain_content_guard() not in (None, *plain):
+            promises.append((plain, ""))
+        for promise in promises:
+            twin = R.restore(CTX["auto"], json.loads(json.dumps(parser.snapshot())))
+            before = twin.snapshot()
+            got = twin.feed(plain)
+            assert (got.content, got.reasoning, got.tool_calls) == (*promise, [])
+            assert twin.snapshot() == before

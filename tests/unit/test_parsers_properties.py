@@ -175,6 +175,7 @@ def test_a_text_a_shortcut_covers_feeds_as_promised_and_changes_nothing(
     (PythonicToolParser, AUTO, "Not a list", "content any"),
     (DeepSeekV3ToolParser, AUTO, "Hi", "content <"),
     (REASONING_PARSERS["gemma4"], AUTO, "<|channel>thought\nhm<channel|>", "content <"),
+    (REASONING_PARSERS["gemma4"], AUTO, "<|channel>thought\nI wonder", "reasoning <"),
     (Gemma4ToolParser, AUTO, '<|tool_call>call:get_weather{city:<|"|>Par', "args 0"),
     (harmony_parser(True, True), AUTO, "<|channel|>final<|message|>Hi", "content <"),
     (harmony_parser(True, True), AUTO, '<|channel|>commentary to=functions.f <|constrain|>json<|message|>{"a": "x',

@@ -73,6 +73,12 @@ class Gemma4ReasoningParser(ModalReasoningParser):
             raise ValueError(head)
         self._head, self._ws, self._span = head, str(state["w"]), bool(state["t"])
 
+    plain_reasoning_hold_space = True  # (the reasoning's trailing whitespace is held: dropped at its end)
+
+    def plain_reasoning_guard(self) -> str | None:
+        # Inside the reasoning past its "thought\n", nothing held: every marker starts with "<".
+        return "<" if self._mode == "reasoning" and not self._buf and self._head is None and not self._ws else None
+
     def plain_content_guard(self) -> str | None:
         # After the reasoning every marker still read starts with "<"; other text is content as it is.
         return "<" if self._mode == "content" and not self._buf else None
