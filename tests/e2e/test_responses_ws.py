@@ -245,18 +245,35 @@ def test_the_handshake_checks_the_key_and_negotiates_deflate(tiny: ServerProcess
     assert httpx.get(tiny.url + "/v1/responses", headers={"Authorization": f"Bearer {KEY}"}).status_code == 405
 
 
-def test_the_lifetime_ends_with_openai_reason(asset: Callable[[str], Path]) -> None:
-    with ServerProcess(["serve", asset(MODEL), "--responses-ws-max-lifetime", "1.5"]) as srv, \
-            ws_connect(srv.ws_url + "/v1/responses", open_timeout=10) as ws:
-        assert ws.protocol.extensions == []  # deflate is off by default (the direct writer is used)
-        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "Hi", "max_output_tokens": 2}))
-        assert until_done(lambda: ws.recv(timeout=30))[-1]["type"] == "response.incomplete"
-        event = checked(ws.recv(timeout=30))
-        assert event["type"] == "error" and event["error"]["code"] == "websocket_connection_limit_reached"
-        with pytest.raises(ConnectionClosed) as closed:
-            ws.recv(timeout=10)
-        assert closed.value.rcvd is not None
-        assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "websocket_connection_limit_reached")
+def test_the_lifetime_ends_with_openai_reason_and_idleness_closes(asset: Callable[[str], Path]) -> None:
+    with ServerProcess(["serve", asset(MODEL), "--responses-ws-max-lifetime", "5", "--ws-idle-timeout", "1.5"]) \
+            as srv:
+        url = srv.ws_url + "/v1/responses"
+        with ws_connect(url, open_timeout=10) as idle:  # no message at all
+            with pytest.raises(ConnectionClosed) as closed:
+                idle.recv(timeout=10)
+            assert closed.value.rcvd is not None and (closed.value.rcvd.code, closed.value.rcvd.reason) == \
+                (1001, "idle timeout")
+        with ws_connect(url, open_timeout=10) as ws:
+            assert ws.protocol.extensions == []  # deflate is off by default (the direct writer is used)
+            ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "Hi", "max_output_tokens": 2}))
+            assert until_done(lambda: ws.recv(timeout=30))[-1]["type"] == "response.incomplete"
+            steer = json.dumps({"type": "response.steer", "previous_response_id": "resp_x", "input": "x"})
+            while True:  # keep it busy (each steer is answered, never idle) until the lifetime
+                try:
+                    event = checked(ws.recv(timeout=0.2))
+                except TimeoutError:
+                    ws.send(steer)
+                    continue
+                if event["type"] == "error":
+                    break
+                assert event["type"] == "response.steer.failed"
+            assert event["error"]["code"] == "websocket_connection_limit_reached"
+            assert "Create a new websocket connection" in event["error"]["message"]
+            with pytest.raises(ConnectionClosed) as closed:
+                ws.recv(timeout=10)
+            assert closed.value.rcvd is not None
+            assert (closed.value.rcvd.code, closed.value.rcvd.reason) == (1001, "websocket_connection_limit_reached")
 
 
 # --- over the scripted engine: the prompts themselves --------------------------------------------
