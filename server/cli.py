@@ -28,6 +28,7 @@ from server.gating import GatingError, decide
 from server.generation_config import load_generation_defaults, parse_override
 from server.hosts import default_allowed_hosts
 from server.listener import bind
+from server.responses_store import STORE_VARIABLE, check_store_url
 from server.resume_budget import RESUME_WINDOW_S, RESUMES_PER_CHECKPOINT
 from server.settings import Mode, Settings
 from server.workers import Seat, check_workers, seat_of, supervise
@@ -58,6 +59,7 @@ environment:
   TOKENWIRE_STATE_SECRET                the derender state secret (as --state-secret)
   TOKENWIRE_STATE_SECRET_PREVIOUS       the previous state secret while rotating (as a second --state-secret)
   TOKENWIRE_ENABLE_SCALE_OUT_ENDPOINTS  0 or 1 (alias VLLM_ENABLE_SCALE_OUT_ENDPOINTS; 1 as --enable-scale-out)
+  TOKENWIRE_RESPONSES_STORE             where stored Responses API responses live (as --responses-store)
   TOKENWIRE_CACHE_DIR                   where the offline model assets are built (default ~/.cache/tokenwire)"""
 
 ENGINE_ENVIRONMENT = """
@@ -182,6 +184,10 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
     p.add_argument("--responses-ws-max-lifetime", type=_number(0, strict=True), default=3600.0,
                    help="close a Responses API WebSocket (GET /v1/responses) after this many seconds, with "
                         "OpenAI's websocket_connection_limit_reached (default 3600, OpenAI's 60 minutes)")
+    p.add_argument("--responses-store", metavar="URL", default=None,
+                   help="where stored Responses API responses (store: true) live: redis://[:PASSWORD@]HOST[:PORT][/DB], "
+                        "shared by every front end pointed at it (env TOKENWIRE_RESPONSES_STORE; default: the "
+                        "embedded store, in-process and bounded; docs/responses.md)")
     p.add_argument("--socket-send-buffer", type=_int_in(0), default=128 * 1024,
                    help="kernel send buffer per connection in bytes (default 128 KiB; 0: kernel autotuning, "
                         "which lets a slow reader's stale deltas pile up in megabytes of socket buffer)")
@@ -369,6 +375,7 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         ws_max_lifetime=args.ws_max_lifetime,
         ws_per_message_deflate=args.ws_per_message_deflate,
         responses_ws_max_lifetime=args.responses_ws_max_lifetime,
+        responses_store=responses_store(args, environ),
         socket_send_buffer=args.socket_send_buffer,
         shutdown_timeout=args.shutdown_timeout,
         rate_limit=args.rate_limit,
@@ -381,6 +388,15 @@ def settings_from_args(args: argparse.Namespace, environ: dict[str, str]) -> Set
         environ=environ,
         **extra,
     )
+
+
+def responses_store(args: argparse.Namespace, environ: dict[str, str]) -> str | None:
+    """``--responses-store``, else ``TOKENWIRE_RESPONSES_STORE``; ``ValueError`` for a URL that is not
+    a Redis one (server/responses_store.py reads it)."""
+    url = args.responses_store if args.responses_store is not None else environ.get(STORE_VARIABLE) or None
+    if url is not None:
+        check_store_url(url)
+    return url
 
 
 def engine_api_key(args: argparse.Namespace, environ: dict[str, str]) -> str | None:

@@ -28,7 +28,7 @@ from server.errors import ApiError, to_api_error
 from server.http import validate
 from server.pipeline import Pipeline
 from server.render_work import json_size, render_work
-from server.responses_store import STORE_VARIABLE, MemoryStore, ResponseStore, StoreUnavailable, store_from
+from server.responses_store import MemoryStore, ResponseStore, StoreUnavailable, store_from
 from server.services import services_of
 from session.errors import InvalidRequest, SessionError, StateError
 from session.protocol.openai import ChatCompletionRequest
@@ -59,11 +59,11 @@ def responses_of(conn: HTTPConnection) -> ResponsesService:
     service: ResponsesService | None = getattr(state, "responses", None)
     if service is None:
         services = services_of(conn)
-        url = services.pipeline.ctx.settings.environ.get(STORE_VARIABLE)
+        url = services.pipeline.ctx.settings.responses_store  # checked by the CLI: a bad one exits 2
         try:
             store = store_from(url)
         except ValueError as exc:
-            raise ApiError(503, f"{STORE_VARIABLE} is invalid: {exc}") from None
+            raise ApiError(503, f"--responses-store is invalid: {exc}") from None
         service = state.responses = ResponsesService(services.pipeline, services.codec, store)
     return service
 

@@ -1,5 +1,5 @@
 """Where stored responses live (``store: true``): the embedded store, in-process and bounded, or a
-Redis that several front ends share (``TOKENWIRE_RESPONSES_STORE=redis://HOST:PORT/DB``).
+Redis that several front ends share (``--responses-store redis://HOST:PORT/DB``).
 
 A record is what ``previous_response_id``, ``GET /v1/responses/{id}`` and ``input_items`` need: the
 response object, the request's own input items and the items of the turns before it. Records are
@@ -113,6 +113,21 @@ class StoreUnavailable(ApiError):
         super().__init__(503, message)
 
 
+def check_store_url(url: str) -> tuple[str, int, int, str | None]:
+    """(host, port, db, password) of ``redis://[:PASSWORD@]HOST[:PORT][/DB]``; ``ValueError`` otherwise."""
+    try:
+        parsed = urlsplit(url)
+        port = parsed.port or 6379
+    except ValueError:
+        raise ValueError(f"the responses store must be redis://[:PASSWORD@]HOST[:PORT][/DB], got {url!r}") from None
+    if parsed.scheme != "redis" or not parsed.hostname:
+        raise ValueError(f"the responses store must be redis://[:PASSWORD@]HOST[:PORT][/DB], got {url!r}")
+    path = parsed.path.strip("/")
+    if path and not path.isdigit():
+        raise ValueError(f"the Redis database in {url!r} must be a number")
+    return parsed.hostname, port, int(path or 0), parsed.password
+
+
 class RedisStore:
     """Responses shared by every front end pointed at one Redis (``redis://HOST:PORT/DB``): each
     record a key ``tokenwire:response:<id>`` holding its JSON, expiring after :data:`MAX_AGE_S`;
@@ -120,15 +135,7 @@ class RedisStore:
     One connection, one command at a time, reconnected after an error; RESP spoken directly."""
 
     def __init__(self, url: str, *, max_age_s: float = MAX_AGE_S, timeout: float = 5.0) -> None:
-        parsed = urlsplit(url)
-        if parsed.scheme != "redis" or not parsed.hostname:
-            raise ValueError(f"the responses store must be redis://[:PASSWORD@]HOST[:PORT][/DB], got {url!r}")
-        path = parsed.path.strip("/")
-        if path and not path.isdigit():
-            raise ValueError(f"the Redis database in {url!r} must be a number")
-        self.host, self.port = parsed.hostname, parsed.port or 6379
-        self.db = int(path or 0)
-        self.password = parsed.password
+        self.host, self.port, self.db, self.password = check_store_url(url)
         self.max_age_s = max_age_s
         self.timeout = timeout
         self._reader: asyncio.StreamReader | None = None

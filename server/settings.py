@@ -77,6 +77,8 @@ class Settings:
     ws_max_lifetime: float = 24 * 3600.0  # seconds a session may live
     ws_per_message_deflate: bool = False  # token streams compress poorly and cost CPU
     responses_ws_max_lifetime: float = 3600.0  # seconds a Responses WebSocket may live (OpenAI's 60 minutes)
+    # where stored Responses API responses live (server/responses_store.py): redis://…, None: in-process
+    responses_store: str | None = None
     # Kernel send buffer per connection (0: the kernel's autotuning, up to net.ipv4.tcp_wmem's max,
     # 4 MiB here): past it a slow reader's deltas coalesce in the session instead of queueing.
     socket_send_buffer: int = 128 * 1024

@@ -1,5 +1,5 @@
 """Stored responses shared by two front ends through a real ``redis-server`` (Debian's package,
-scripts/install-redis.sh), each front end configured with ``TOKENWIRE_RESPONSES_STORE=redis://…``:
+scripts/install-redis.sh), each front end configured with ``--responses-store redis://…``:
 a response made on one is retrieved, chained with ``previous_response_id`` and deleted on the other;
 records expire; a store that does not answer is a 503 for what needs it and never costs the answer."""
 
@@ -17,6 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from server.app import create_app
+from server.cli import build_parser, settings_from_args
 from server.context import ServerContext, create_engine
 from server.gating import decide
 from server.responses_store import RedisStore, StoreUnavailable
@@ -67,7 +68,7 @@ def engine() -> Iterator[ScriptedEngine]:
 
 def front(engine: ScriptedEngine, store: str) -> TestClient:
     settings = Settings(mode=Mode.RENDER, model_dir=asset_path("qwen3"), served_model_name="qwen3",
-                        environ={"TOKENWIRE_RESPONSES_STORE": store}, engine_url=engine.url,
+                        environ={}, responses_store=store, engine_url=engine.url,
                         reasoning_parser="qwen3", state_secret=SECRET)
     ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}, has_engine_url=True),
                         tokenizer=tokenizer_of("qwen3"), max_model_len=4096, engine=create_engine(settings, 4096))
@@ -141,3 +142,15 @@ def test_an_unreachable_store_raises_store_unavailable() -> None:
             await store.get("resp_x")
         assert info.value.status == 503
     anyio.run(main)
+
+
+def test_the_flag_and_the_variable_set_the_store_and_a_bad_url_is_a_configuration_error(tmp_path: Path) -> None:
+    parser = build_parser()
+    for command in (["serve", str(tmp_path)], ["launch", "render", str(tmp_path)]):
+        assert settings_from_args(parser.parse_args(command), {}).responses_store is None
+        flag = settings_from_args(parser.parse_args([*command, "--responses-store", "redis://db:6380/2"]), {})
+        assert flag.responses_store == "redis://db:6380/2"
+        env = settings_from_args(parser.parse_args(command), {"TOKENWIRE_RESPONSES_STORE": "redis://db/1"})
+        assert env.responses_store == "redis://db/1"
+        with pytest.raises(ValueError, match="redis://"):
+            settings_from_args(parser.parse_args([*command, "--responses-store", "db:6379"]), {})
