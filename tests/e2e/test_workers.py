@@ -1,6 +1,6 @@
 """``--workers N`` with real processes (server/workers.py): a ``launch render --workers 2`` front end
 (no ``--state-secret``: its workers share the one generated for them) in front of a tiny-qwen3
-``serve --tokens-only`` engine over ``ws://``. Connections land on both workers, ``/metrics`` on
+``serve --tokens-only --workers 2`` engine (a model per worker) over ``ws://``. Connections land on both workers, ``/metrics`` on
 either worker counts every worker's requests, labelled; a worker killed mid-stream leaves the
 other serving, the client resumes its stream there with the uninterrupted output, and the worker
 is restarted; SIGTERM to the supervisor drains both (the stream in flight ends whole) and exits 0.
@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import client_sdk
+from tests.e2e.deploy_support import free_port, side_by_side
 from tests.support.server_proc import ServerProcess, run_cli
 from tests.support.waiting import wait_until
 
@@ -46,19 +47,29 @@ def test_workers_that_cannot_be_served_are_one_line_and_exit_2(flags: list[str],
 
 
 @pytest.fixture(scope="module")
-def engine(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    with ServerProcess(["serve", str(asset("tiny-qwen3")), "--tokens-only", "--dtype", "float32"],
-                       startup_timeout=180) as srv:
-        yield srv
+def servers(asset: Callable[[str], Path]) -> Iterator[tuple[ServerProcess, ServerProcess]]:
+    """The engine (``serve --tokens-only --workers 2``) and the front end (``launch render
+    --workers 2``), started side by side (the front end's engine link waits for the engine)."""
+    model, port = str(asset("tiny-qwen3")), free_port()
+    engine = ServerProcess(["serve", model, "--tokens-only", "--dtype", "float32", "--workers", "2",
+                            "--port", str(port)], startup_timeout=180)
+    front = ServerProcess(["launch", "render", model, "--engine-url", f"ws://127.0.0.1:{port}", "--workers", "2",
+                           "--shutdown-timeout", "30"], env={"TOKENWIRE_STATE_SECRET": None}, startup_timeout=180)
+    try:
+        side_by_side(engine.start, front.start)
+        yield engine, front
+    finally:
+        side_by_side(front.stop, engine.stop)
 
 
 @pytest.fixture(scope="module")
-def front(asset: Callable[[str], Path], engine: ServerProcess) -> Iterator[ServerProcess]:
-    srv = ServerProcess(["launch", "render", str(asset("tiny-qwen3")), "--engine-url", engine.ws_url,
-                         "--workers", "2", "--shutdown-timeout", "30"], env={"TOKENWIRE_STATE_SECRET": None},
-                        startup_timeout=180)
-    with srv:
-        yield srv
+def front(servers: tuple[ServerProcess, ServerProcess]) -> ServerProcess:
+    return servers[1]
+
+
+@pytest.fixture(scope="module")
+def engine(servers: tuple[ServerProcess, ServerProcess]) -> ServerProcess:
+    return servers[0]
 
 
 def pids(srv: ServerProcess) -> dict[int, int]:
@@ -98,6 +109,16 @@ def test_connections_land_on_every_worker_and_metrics_label_each(front: ServerPr
 
 
 @pytest.mark.slow
+def test_a_tokens_only_engine_runs_a_model_per_worker(engine: ServerProcess) -> None:
+    assert "(2 workers" in engine.output()
+    seen = {httpx.get(engine.url + "/health", timeout=10).json()["worker"] for _ in range(40)}
+    assert seen == {0, 1}
+    # every front-end worker's link reached an engine worker: the streams above came through them
+    steps = samples(engine.url, "tokenwire_engine_steps_total")
+    assert set(steps) == {"0", "1"} and sum(steps.values()) > 0
+
+
+@pytest.mark.slow
 def test_a_worker_killed_mid_stream_the_client_resumes_on_the_other(front: ServerProcess) -> None:
     want = httpx.post(front.url + "/v1/chat/completions", json=CHAT, timeout=120).json()["choices"][0]["message"]
     started = pids(front)
@@ -127,7 +148,7 @@ def test_a_worker_killed_mid_stream_the_client_resumes_on_the_other(front: Serve
 
 
 @pytest.mark.slow
-def test_sigterm_to_the_supervisor_drains_every_worker(front: ServerProcess) -> None:
+def test_sigterm_to_the_supervisor_drains_every_worker(front: ServerProcess, engine: ServerProcess) -> None:
     workers = pids(front)
     events: list[Any] = []
     first = threading.Event()
@@ -151,3 +172,5 @@ def test_sigterm_to_the_supervisor_drains_every_worker(front: ServerProcess) -> 
     for pid in workers.values():
         with pytest.raises(ProcessLookupError):
             os.kill(pid, 0)
+    assert engine.stop(signal.SIGTERM, timeout=60) == 0  # the engine's workers drain too
+    assert "SIGTERM: draining 2 workers" in engine.output()
