@@ -21,7 +21,7 @@ from session.detokenizer import (
 )
 from session.errors import DerenderError
 from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
-from session.parsers.tool.json_stream import is_plain
+from session.parsers.tool.json_stream import ascii_body, is_plain
 from session.stop import StopStrings
 
 log = logging.getLogger("tokenwire.derender")
@@ -34,6 +34,7 @@ _REASONING = object()  # no character route_guard in the text (route_space: nor 
 _CONTENT = object()  # no character route_guard in the text: all content
 _ARGS = object()  # a JSON-plain text without route_guard (route_space: nor trailing space): call route_call's arguments
 _ARGS_MATCH = object()  # a JSON-plain text route_match finds nothing in: call route_call's arguments
+_ARGS_ASCII = object()  # as _ARGS, the arguments being ASCII-escaped JSON (harmony): ascii_body(text)
 _ANY_CONTENT = object()  # any text is content
 _NO_MATCH = re.compile("(?!)").search
 
@@ -312,6 +313,9 @@ class ChoiceStream:
         elif route is _ARGS_MATCH:
             if is_plain(text) and self.route_match(text) is None:  # (plain_args_guard a pattern)
                 return ArgsPiece(self.route_call, text, n)
+        elif route is _ARGS_ASCII:
+            if is_plain(text) and self.route_guard not in text:  # (plain_args_ascii)
+                return ArgsPiece(self.route_call, ascii_body(text), n)
         elif route is _ANY_CONTENT:
             return Piece(text, "", (), n)
         piece = self._parse(text, False)
@@ -337,7 +341,7 @@ class ChoiceStream:
             if tool is None:  # (harmony: the parser in the reasoning slot makes the calls too)
                 call = reasoning.plain_args_call()
                 if call is not None and (self.spec.parallel_tool_calls or call == 0):
-                    self._route_args(call, reasoning.plain_args_guard(), "", False)
+                    self._route_args(call, reasoning.plain_args_guard(), "", False, reasoning.plain_args_ascii())
                     return
             outer = reasoning.plain_content_guard() or ""
             if not outer:
@@ -347,7 +351,7 @@ class ChoiceStream:
             return
         call = tool.plain_args_call()  # (only a call it reports: parallel_tool_calls applied)
         if call is not None and not self.spec.drop_tool_calls:
-            self._route_args(call, tool.plain_args_guard(), outer, tool.plain_args_hold_space)
+            self._route_args(call, tool.plain_args_guard(), outer, tool.plain_args_hold_space, tool.plain_args_ascii())
             return
         guard = tool.plain_content_guard()
         if guard is None or (outer and guard not in (outer, "")):
@@ -355,15 +359,16 @@ class ChoiceStream:
         guard = guard or outer
         self.route, self.route_guard = (_CONTENT, guard) if guard else (_ANY_CONTENT, "")
 
-    def _route_args(self, call: int, guard: str | re.Pattern[str], outer: str, space: bool) -> None:
-        """The arguments route of call ``call`` under the parser's ``guard`` (a character: _ARGS; a
-        pattern: _ARGS_MATCH) and ``outer``, the reasoning parser's content guard ("": none); none
-        where one test cannot hold both."""
+    def _route_args(self, call: int, guard: str | re.Pattern[str], outer: str, space: bool, escaped: bool) -> None:
+        """The arguments route of call ``call`` under the parser's ``guard`` (a character: _ARGS, or
+        _ARGS_ASCII for ASCII-escaped arguments; a pattern: _ARGS_MATCH) and ``outer``, the
+        reasoning parser's content guard ("": none); none where one test cannot hold them all."""
         if isinstance(guard, str):
-            if outer and guard not in (outer, "\x00"):  # (two guards: feed the parsers)
+            if (outer and guard not in (outer, "\x00")) or (escaped and space):
                 return
-            self.route, self.route_call, self.route_guard, self.route_space = _ARGS, call, outer or guard, space
-        elif not space and (not outer or guard.search(outer) is not None):
+            self.route, self.route_call, self.route_guard = (_ARGS_ASCII if escaped else _ARGS), call, outer or guard
+            self.route_space = space
+        elif not space and not escaped and (not outer or guard.search(outer) is not None):
             self.route, self.route_call, self.route_match = _ARGS_MATCH, call, guard.search
 
     def _parse(self, text: str, done: bool) -> Piece:

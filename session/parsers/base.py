@@ -124,6 +124,10 @@ class ReasoningParser(abc.ABC):
         """With :meth:`plain_args_call`: as ToolParser.plain_args_guard."""
         return "\x00"
 
+    def plain_args_ascii(self) -> bool:
+        """With :meth:`plain_args_call`: as ToolParser.plain_args_ascii."""
+        return False
+
 
 class ToolParser(abc.ABC):
     """Splits content into plain content and tool calls. Returns ``ParsedDelta`` with only
@@ -182,10 +186,17 @@ class ToolParser(abc.ABC):
         character of the markers that can end the argument, e.g. ``"<"`` before ``</parameter>``);
         ``"\x00"``, which no plain text holds, when only ``is_plain`` matters (the default). Or a
         compiled pattern the text must have no match of, where one character cannot say it (a
-        reader that also holds a trailing ``}`` or counts parentheses: gemma4; an output that
-        escapes non-ASCII: harmony); :attr:`plain_args_hold_space` is then part of the pattern.
+        reader that also holds a trailing ``}`` or counts parentheses: gemma4);
+        :attr:`plain_args_hold_space` is then part of the pattern.
         ``json_stream.is_plain_without`` is the test."""
         return "\x00"
+
+    def plain_args_ascii(self) -> bool:
+        """With :meth:`plain_args_call`: True when the arguments are JSON written with
+        ``ensure_ascii`` (harmony's): a covered text then yields ``json_stream.ascii_body(text)``
+        (each non-ASCII character escaped), not the text itself; only with a one-character guard
+        and without :attr:`plain_args_hold_space`. False (the default): the text itself."""
+        return False
 
     def plain_content_guard(self) -> str | None:
         """When not None: the character every marker the parser looks for now starts with, or ""

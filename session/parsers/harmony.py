@@ -6,7 +6,6 @@ The full rules: docs/parsers.md, "gpt-oss harmony".
 from __future__ import annotations
 
 import functools
-import re
 from typing import Any, ClassVar, Self
 
 from .base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
@@ -22,9 +21,6 @@ STOPS = ("<|end|>", "<|call|>", "<|return|>")
 # this is not a header: the rest of the output is content (docs: harmony, deliberate differences).
 HEADER_MAX = 256
 ARGS_HOLD = 64  # raw argument text held until the JSON reader shows the arguments are JSON
-# The arguments shortcut's guard (ToolParser.plain_args_guard) inside a JSON string argument: a "<"
-# (every stop marker starts with one) or a non-ASCII character (escaped on output, as vLLM's JSON).
-ARGS_GUARD = re.compile("[<\x80-\U0010ffff]")
 ROLES = ("user", "assistant", "system", "developer", "tool")
 BUILTIN_TOOLS = ("python", "browser", "container")  # vLLM's BUILTIN_TOOL_TO_MCP_SERVER_LABEL
 
@@ -465,9 +461,10 @@ class HarmonyMachine:
         return self.mode == "C" and self.kind == "c" and self.nonempty and not self.held
 
     def plain_args_call(self, parallel: bool) -> int | None:
-        """The call whose arguments a text covered by :meth:`plain_args_guard` goes to unchanged
-        (ToolParser.plain_args_call): inside a JSON string of arguments that already streamed, or
-        in raw (non-JSON) arguments, nothing held."""
+        """The call whose arguments a JSON-plain text without "<" (every stop marker starts with
+        one) goes to (ToolParser.plain_args_call): inside a JSON string of arguments that already
+        streamed (ASCII-escaped: :meth:`plain_args_ascii`), or in raw (non-JSON) arguments (as it
+        is), nothing held."""
         if self.mode != "C" or self.kind != "t" or self.held:
             return None
         if not self.raw_args:
@@ -477,10 +474,9 @@ class HarmonyMachine:
         index = self.calls - 1
         return index if parallel or index == 0 else None
 
-    def plain_args_guard(self) -> str | re.Pattern[str]:
-        """Raw arguments pass on as they are ("<" may start a stop marker); a JSON string's text
-        only when it is ASCII too (the arguments are ``json.dumps`` with ``ensure_ascii``)."""
-        return "<" if self.raw_args else ARGS_GUARD
+    def plain_args_ascii(self) -> bool:
+        """JSON arguments are ``json.dumps`` with ``ensure_ascii``; raw ones are the text."""
+        return not self.raw_args
 
 
 class _HarmonyReasoningBase(ReasoningParser):
@@ -528,8 +524,11 @@ class _HarmonyReasoningBase(ReasoningParser):
     def plain_args_call(self) -> int | None:
         return self.machine.plain_args_call(self.ctx.parallel_tool_calls)
 
-    def plain_args_guard(self) -> str | re.Pattern[str]:
-        return self.machine.plain_args_guard()
+    def plain_args_guard(self) -> str:
+        return "<"
+
+    def plain_args_ascii(self) -> bool:
+        return self.machine.plain_args_ascii()
 
 
 class HarmonyReasoningParser(_HarmonyReasoningBase):
@@ -577,8 +576,11 @@ class HarmonyToolParser(ToolParser):
     def plain_args_call(self) -> int | None:
         return self.machine.plain_args_call(self.ctx.parallel_tool_calls)
 
-    def plain_args_guard(self) -> str | re.Pattern[str]:
-        return self.machine.plain_args_guard()
+    def plain_args_guard(self) -> str:
+        return "<"
+
+    def plain_args_ascii(self) -> bool:
+        return self.machine.plain_args_ascii()
 
 
 @functools.cache

@@ -6,7 +6,8 @@ the calls (harmony: ``ReasoningParser.plain_args_call``):
   text with any of those is fed; its reasoning parser still drops markers in the content
   (``plain_content_guard`` ``<``), which the route combines with the pattern;
 - gpt-oss harmony, the one parser the derender runs: inside a JSON string argument a text without
-  ``<`` that is ASCII (the arguments are ``json.dumps`` with ``ensure_ascii``), and raw arguments.
+  ``<``, ASCII-escaped on the way (the arguments are ``json.dumps`` with ``ensure_ascii``:
+  ``plain_args_ascii``, route ``_ARGS_ASCII``), and raw arguments as they are.
 
 Real tokenizers (Gemma 4, gpt-oss), one token per push, in memory and with the state through JSON
 and a fresh derenderer on every push; bodies with quotes, escapes, a ``<`` that starts no marker,
@@ -126,7 +127,7 @@ def test_inside_a_string_argument_the_step_skips_the_parsers(tokenizer: Callable
     body = len(ids) - len(head)
     # (the argument's tokens with a quote, a backslash, a control character or a "<" are fed; for
     # gemma4 also those with a parenthesis or ending in whitespace or "}" and the one after such a
-    # token; for harmony the non-ASCII ones: a minority)
+    # token: a minority)
     assert all(count < len(head) + body // 3 for count in counts), (counts, len(head), body)
 
 

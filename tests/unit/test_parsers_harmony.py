@@ -15,7 +15,6 @@ from hypothesis import strategies as st
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot, ParserContext
 from session.parsers.base import ParsedDelta, ReasoningParser, ToolCallDelta
 from session.parsers.harmony import (
-    ARGS_GUARD,
     HEADER_MAX,
     HarmonyReasoningParser,
     HarmonyToolParser,
@@ -24,7 +23,7 @@ from session.parsers.harmony import (
     is_harmony_model,
     parse_header,
 )
-from session.parsers.tool.json_stream import is_plain_without
+from session.parsers.tool.json_stream import ascii_body, is_plain_without
 from tests.unit.parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
 ORACLE = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "harmony_oracle.json").read_text(encoding="utf-8"))
@@ -195,7 +194,8 @@ def skipping(cls: Any, chunks: list[str], ctx: ParserContext = CTX, skipped: lis
         elif chunk and content is not None and content not in chunk:
             promise = ParsedDelta(content=chunk)
         elif chunk and call is not None and is_plain_without(chunk, parser.plain_args_guard()):
-            promise = ParsedDelta(tool_calls=[ToolCallDelta(call, None, chunk)])
+            args = ascii_body(chunk) if parser.plain_args_ascii() else chunk
+            promise = ParsedDelta(tool_calls=[ToolCallDelta(call, None, args)])
         if promise is None:
             deltas.append(parser.feed(chunk))
         else:
@@ -222,8 +222,9 @@ def test_the_shortcuts_split_as_feeding(cls: Any, parallel: bool) -> None:
               " text", "</a>", "<|call|>"]
     skipped: list[str] = []
     assert skipping(cls, chunks, ctx, skipped) == one_shot(cls, "".join(chunks), ctx)
-    # a JSON string's ASCII text, raw arguments; (parallel_tool_calls false: the first call's only)
-    args = ["plan", ".md", "Mon", "day", " rain", " walk", " c", *(("x", " y", "raw", " text") if parallel else ())]
+    # a JSON string's text (non-ASCII escaped), raw arguments; (parallel_tool_calls false: the first call's only)
+    args = ["plan", ".md", "Mon", "day", " 東京", " rain", " walk", " c",
+            *(("x", " y", "raw", " text") if parallel else ())]
     if cls is HarmonyToolParser:  # (content only: the tool slot drops analysis)
         assert skipped == [" it", " is", *args]
     else:
@@ -231,7 +232,7 @@ def test_the_shortcuts_split_as_feeding(cls: Any, parallel: bool) -> None:
     parser = cls(ctx)
     parser.feed("".join(chunks[:chunks.index("Mon") + 1]))
     assert parser.plain_args_call() == 0
-    assert parser.plain_args_guard() is ARGS_GUARD
+    assert parser.plain_args_guard() == "<" and parser.plain_args_ascii()
 
 
 @settings(max_examples=300, deadline=None)
@@ -252,7 +253,7 @@ def test_where_a_shortcut_is_offered_feeding_returns_the_promise_and_changes_not
             promises.append((plain, "", []))
         call = parser.plain_args_call()
         if call is not None and is_plain_without(plain, parser.plain_args_guard()):
-            promises.append(("", "", [(call, None, plain)]))
+            promises.append(("", "", [(call, None, ascii_body(plain) if parser.plain_args_ascii() else plain)]))
         for promise in promises:
             twin = cls.restore(ctx, json.loads(json.dumps(parser.snapshot())))
             before = twin.snapshot()

@@ -35,7 +35,7 @@ from session.parsers.tool import (
 )
 from session.parsers.tool.gemma4 import Gemma4ToolParser
 from session.parsers.tool.glm import GlmToolParser
-from session.parsers.tool.json_stream import is_plain_without
+from session.parsers.tool.json_stream import ascii_body, is_plain_without
 from session.parsers.tool.kimi_k2 import KimiK2ToolParser
 
 from .parsers_harness import AUTO, AnyParser, Split, fold, one_shot, split_at, streamed
@@ -124,12 +124,12 @@ def _promises(parser: ToolParser | ReasoningParser, text: str) -> list[tuple[str
                 out.append((text, "", []))
         call = parser.plain_args_call()  # (harmony: the reasoning slot makes the calls too)
         if call is not None and is_plain_without(text, parser.plain_args_guard()):
-            out.append(("", "", [(call, None, text)]))
+            out.append(("", "", [(call, None, ascii_body(text) if parser.plain_args_ascii() else text)]))
         return out
     call = parser.plain_args_call()
     if call is not None and is_plain_without(text, parser.plain_args_guard()) \
             and not (parser.plain_args_hold_space and text[-1].isspace()):
-        out.append(("", "", [(call, None, text)]))
+        out.append(("", "", [(call, None, ascii_body(text) if parser.plain_args_ascii() else text)]))
     guard = parser.plain_content_guard()
     if guard is not None:
         assert len(guard) <= 1

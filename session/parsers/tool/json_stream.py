@@ -76,6 +76,12 @@ def is_plain_without(text: str, guard: str | re.Pattern[str]) -> bool:
     return guard not in text if isinstance(guard, str) else guard.search(text) is None
 
 
+def ascii_body(text: str) -> str:
+    """A JSON-plain ``text`` as it appears inside a ``json.dumps`` string with ``ensure_ascii``
+    (each non-ASCII character a ``\\uXXXX`` escape, a surrogate pair beyond the BMP)."""
+    return text if text.isascii() else json.dumps(text)[1:-1]
+
+
 def dumps(value: Any) -> str:
     """``json.dumps(value, ensure_ascii=False)`` with any lone surrogate left escaped (see
     :func:`_esc`): the JSON text a parser writes for a whole value."""
