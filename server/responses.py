@@ -28,8 +28,7 @@ from server.errors import ApiError, to_api_error
 from server.http import validate
 from server.pipeline import Pipeline
 from server.render_work import json_size, render_work
-from server.responses_store import MemoryStore, ResponseStore, StoreUnavailable, store_from
-from server.services import services_of
+from server.responses_store import MemoryStore, ResponseStore, StoreUnavailable
 from session.errors import InvalidRequest, SessionError, StateError
 from session.protocol.openai import ChatCompletionRequest
 from session.protocol.responses import ResponsesRequest
@@ -53,18 +52,9 @@ _REASONING_STREAM = "responses.reasoning"  # what a sealed reasoning text is bou
 
 
 def responses_of(conn: HTTPConnection) -> ResponsesService:
-    """The process's Responses service (made at first use, over the pipeline and state codec of
+    """The process's Responses service (built with the other services at start-up,
     ``server/services.py``), for every transport that takes Responses requests."""
-    state = conn.app.state
-    service: ResponsesService | None = getattr(state, "responses", None)
-    if service is None:
-        services = services_of(conn)
-        url = services.pipeline.ctx.settings.responses_store  # checked by the CLI: a bad one exits 2
-        try:
-            store = store_from(url)
-        except ValueError as exc:
-            raise ApiError(503, f"--responses-store is invalid: {exc}") from None
-        service = state.responses = ResponsesService(services.pipeline, services.codec, store)
+    service: ResponsesService = conn.app.state.services.responses
     return service
 
 

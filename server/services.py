@@ -3,7 +3,8 @@
 :func:`build_services` builds them from the :class:`~server.context.ServerContext` before the
 server answers anything (``server/runner.py``; ``create_app`` builds them itself when a test hands
 it a context alone): the renderer, the state codec, the derender service, the pipeline, the
-WebSocket session's stages and configuration, the limiter and the drain state. The app holds them
+WebSocket session's stages and configuration, the limiter, the drain state and the Responses
+service (with its store). The app holds them
 (``app.state.services``); a route or the WebSocket endpoint reads its own with :func:`services_of`
 and the context with :func:`ctx_of`. Nothing here imports a route module: routes depend on
 services, never the other way round (tests/unit/test_import_rules.py).
@@ -26,6 +27,8 @@ from server.gating import RouteGroup
 from server.generation_config import load_generation_defaults, log_generation_defaults
 from server.limits import Limiter
 from server.pipeline import Pipeline
+from server.responses import ResponsesService
+from server.responses_store import store_from
 from server.routing import Route
 from server.settings import package_version
 from server.shutdown import Drain
@@ -57,6 +60,7 @@ class Services:
     session: SessionConfig  # a WebSocket session's frames, limits and server info
     limiter: Limiter
     drain: Drain
+    responses: ResponsesService  # the Responses API, over the pipeline (its store: --responses-store)
 
 
 def build_services(ctx: ServerContext) -> Services:
@@ -70,7 +74,7 @@ def build_services(ctx: ServerContext) -> Services:
     return Services(renderer=renderer, codec=codec, derender=derender, pipeline=pipeline,
                     stages=PipelineStages(pipeline, derender), session=session_config(ctx),
                     limiter=Limiter(rate_per_minute=s.rate_limit, max_concurrent=s.max_concurrent_requests),
-                    drain=Drain())
+                    drain=Drain(), responses=ResponsesService(pipeline, codec, store_from(s.responses_store)))
 
 
 def build_renderer(ctx: ServerContext) -> Renderer:
