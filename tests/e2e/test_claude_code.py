@@ -15,7 +15,8 @@ Two servers, both ``serve`` on the tiny-qwen3 asset (the Qwen3 chat template, wi
   never a retry of a failed one;
 - a scripted engine (``--engine-url``, tests/support/scripted_engine.py) that answers a short text and
   ``<|im_end|>``: one request, with Claude Code's default ``max_tokens`` (32,000), and a result event
-  that is a success carrying that text.
+  that is a success carrying that text; and one that calls ``Bash`` first, whose ``tool_result``
+  Claude Code sends back before the answer ends the turn.
 
 For every request: the answer is 2xx (at the proxy and in the server's access log), and the prompt is
 what ``/v1/messages/render`` gives for the same body, whose decoded text holds the system prompt, the
@@ -38,6 +39,7 @@ import pytest
 from tests.support.agent_clis import CLAUDE_CODE_QUIET, AgentCLIs, agent_clis, isolated_env
 from tests.support.recording_proxy import Exchange, RecordingProxy
 from tests.support.scripted_engine import ScriptedEngine
+from tests.support.sequenced_engine import SequencedEngine
 from tests.support.server_proc import ServerProcess
 from tests.support.waiting import wait_until
 
@@ -76,7 +78,8 @@ class Run:
                        and e["event"]["type"] == "content_block_delta" and e["event"]["delta"]["type"] == "text_delta")
 
 
-def run_claude(clis: AgentCLIs, server: ServerProcess, tmp: Path, extra_env: dict[str, str]) -> Run:
+def run_claude(clis: AgentCLIs, server: ServerProcess, tmp: Path, extra_env: dict[str, str],
+               args: tuple[str, ...] = ()) -> Run:
     home, work = tmp / "home", tmp / "work"
     home.mkdir()
     work.mkdir()
@@ -88,7 +91,7 @@ def run_claude(clis: AgentCLIs, server: ServerProcess, tmp: Path, extra_env: dic
             "ANTHROPIC_DEFAULT_HAIKU_MODEL": MODEL, "ANTHROPIC_DEFAULT_SONNET_MODEL": MODEL,
             "ANTHROPIC_DEFAULT_OPUS_MODEL": MODEL, **extra_env})
         done = subprocess.run([str(clis.claude), "-p", "--output-format", "stream-json", "--verbose",
-                               "--include-partial-messages", "--model", MODEL, PROMPT],
+                               "--include-partial-messages", "--model", MODEL, *args, "--", PROMPT],
                               cwd=work, env=env, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=240)
         exchanges = proxy.taken()
     events = [json.loads(line) for line in done.stdout.splitlines() if line.strip()]
@@ -210,3 +213,37 @@ def test_a_turn_that_ends_is_a_success_with_the_streamed_text(scripted_run: tupl
     assert result["usage"]["input_tokens"] == len(rendered[0])
     assistant = [e for e in run.events if e["type"] == "assistant"]
     assert [b["text"] for e in assistant for b in e["message"]["content"] if b["type"] == "text"] == [ANSWER]
+
+
+# --- a tool round trip: Bash runs, its result comes back, the turn ends -------------------------------
+
+CALL_BASH = ('<tool_call>\n{"name": "Bash", "arguments": {"command": "echo tokenwire-tool-output", '
+             '"description": "Print a marker"}}\n</tool_call><|im_end|>')
+
+
+def test_a_tool_call_runs_and_its_result_comes_back(clis: AgentCLIs, asset: Callable[[str], Path],
+                                                    tokenizer: Callable[[str], Any], tmp_path: Path) -> None:
+    """The model calls ``Bash`` (streamed as a ``tool_use`` block, ``stop_reason: tool_use``); Claude
+    Code runs it (allowed with ``--allowedTools``) and sends its ``tool_result``, which the next prompt
+    holds; the model's answer then ends the turn."""
+    qwen3 = tokenizer("qwen3")
+    engine = SequencedEngine([qwen3.encode(CALL_BASH, add_special_tokens=False),
+                              qwen3.encode("Done.<|im_end|>", add_special_tokens=False)])
+    with engine, ServerProcess(["serve", asset(MODEL), "--engine-url", engine.url, "--max-model-len", "65536",
+                                *SERVER_FLAGS]) as srv:
+        run = run_claude(clis, srv, tmp_path, {}, ("--allowedTools", "Bash(echo:*)"))
+        rendered = check_every_request(run, qwen3)
+    assert len(run.exchanges) == 2 and [r["token_ids"] for r in engine.requests] == rendered
+    first = run.exchanges[0].sse_events()
+    [block] = [e["content_block"] for e in first if e["type"] == "content_block_start"]
+    assert block["type"] == "tool_use" and block["name"] == "Bash"
+    args = "".join(e["delta"]["partial_json"] for e in first if e["type"] == "content_block_delta")
+    assert json.loads(args) == {"command": "echo tokenwire-tool-output", "description": "Print a marker"}
+    assert next(e for e in first if e["type"] == "message_delta")["delta"]["stop_reason"] == "tool_use"
+    sent = run.exchanges[1].json()["messages"]
+    assert [b["type"] for b in sent[-2]["content"]] == ["tool_use"] and sent[-2]["content"][0]["id"] == block["id"]
+    [result] = sent[-1]["content"]
+    assert result["type"] == "tool_result" and result["tool_use_id"] == block["id"] and not result["is_error"]
+    assert "tokenwire-tool-output" in json.dumps(result["content"])
+    assert "tokenwire-tool-output" in qwen3.decode(rendered[1])
+    assert run.result["subtype"] == "success" and run.result["is_error"] is False and run.result["result"] == "Done."

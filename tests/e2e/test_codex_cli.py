@@ -34,6 +34,7 @@ from tests.support.agent_clis import (
 )
 from tests.support.recording_proxy import Exchange, RecordingProxy
 from tests.support.scripted_engine import ScriptedEngine
+from tests.support.sequenced_engine import SequencedEngine
 from tests.support.server_proc import ServerProcess
 from tests.support.waiting import wait_until
 
@@ -52,18 +53,6 @@ PROMPTS = ("Say hello.", "Now say goodbye.")
 @pytest.fixture(scope="module")
 def clis() -> AgentCLIs:
     return agent_clis()
-
-
-class SequencedEngine(ScriptedEngine):
-    """A scripted engine whose n-th request gets the n-th script (the last one from then on)."""
-
-    def __init__(self, scripts: list[list[int]]) -> None:
-        super().__init__(scripts[0], step=2)
-        self.scripts = scripts
-
-    def _events(self, body: dict[str, Any], fault: str | None) -> tuple[list[dict[str, Any]], dict[str, Any], str]:
-        self.token_ids = self.scripts[min(len(self.requests), len(self.scripts)) - 1]
-        return super()._events(body, fault)
 
 
 @dataclass
@@ -128,6 +117,7 @@ def completed(turn: Turn) -> None:
 
 
 ACCESS = re.compile(r'"POST /v1/responses HTTP/1\.1" (\d+)')
+WS_ACCEPTED = re.compile(r'"WebSocket /v1/responses" \[accepted\]')
 
 
 def answered_and_rendered(turn: Turn, server: ServerProcess, engine: ScriptedEngine, first: int) -> None:
@@ -196,21 +186,33 @@ CALL_NAMESPACED = ('<tool_call>\n{"name": "multi_agent_v1__close_agent", "argume
                    "</tool_call>")
 
 
-@pytest.fixture(scope="module")
-def calling(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[tuple[ServerProcess, SequencedEngine]]:
+@pytest.mark.parametrize("websockets", [False, True], ids=["http", "websocket"])
+def test_tool_calls_go_round_trip_within_one_turn(clis: AgentCLIs, asset: Callable[[str], Path],
+                                                 tokenizer: Callable[[str], Any], tmp_path: Path,
+                                                 websockets: bool) -> None:
+    """The model calls ``exec_command``, then the namespaced ``multi_agent_v1`` ``close_agent``, then
+    answers: Codex runs each call and sends its ``function_call_output`` back, and the turn completes
+    (over the WebSocket mode each next request chains the previous response with only the new items)."""
     engine = SequencedEngine([ids(tokenizer, CALL_EXEC + "<|im_end|>"), ids(tokenizer, CALL_NAMESPACED + "<|im_end|>"),
                               ids(tokenizer, "Done.<|im_end|>")])
     with engine, ServerProcess(["serve", asset(MODEL), "--engine-url", engine.url, *SERVER_FLAGS]) as srv:
-        yield srv, engine
-
-
-def test_tool_calls_go_round_trip_within_one_turn(clis: AgentCLIs, calling: tuple[ServerProcess, SequencedEngine],
-                                                 tmp_path: Path) -> None:
-    srv, engine = calling
-    turn = Codex(clis, srv, tmp_path).turn("Run echo, then close the agent.")
-    completed(turn)
+        turn = Codex(clis, srv, tmp_path, websockets=websockets).turn("Run echo, then close the agent.")
+        completed(turn)
+        if not websockets:
+            answered_and_rendered(turn, srv, engine, 0)
+        log = list(srv.lines)
+    assert [i["text"] for i in turn.items("agent_message")] == ["Done."]
+    assert len(engine.requests) == 3
+    # the calls and their outputs reach the prompts of the next requests
+    prompts = [tokenizer("qwen3").decode(r["token_ids"]) for r in engine.requests]
+    assert CALL_EXEC in prompts[1] and "Output:\ntokenwire-tool-output" in prompts[1].split(CALL_EXEC)[1]
+    assert CALL_EXEC in prompts[2] and CALL_NAMESPACED in prompts[2]
+    assert prompts[2].split(CALL_NAMESPACED)[1].count("<tool_response>") == 1
+    if websockets:
+        assert not [line for line in log if ACCESS.search(line)]
+        assert len([line for line in log if WS_ACCEPTED.search(line)]) == 1
+        return
     assert len(turn.exchanges) == 3
-    answered_and_rendered(turn, srv, engine, 0)
     out = [[i for i in x.sse_events()[-1]["response"]["output"] if i["type"] == "function_call"] for x in turn.exchanges]
     assert [[(c["name"], c.get("namespace")) for c in calls] for calls in out] == [
         [("exec_command", None)], [("close_agent", "multi_agent_v1")], []]
@@ -224,7 +226,6 @@ def test_tool_calls_go_round_trip_within_one_turn(clis: AgentCLIs, calling: tupl
         assert calls[0]["call_id"] in outputs
     exec_output = json.dumps(next(i for i in turn.exchanges[1].json()["input"] if i.get("type") == "function_call_output"))
     assert "tokenwire-tool-output" in exec_output
-    assert [i["text"] for i in turn.items("agent_message")] == ["Done."]
 
 
 # --- a reasoning model: the sealed reasoning comes back next turn ------------------------------------
@@ -295,9 +296,6 @@ def test_the_real_engine_streams_an_answer_to_codex_s_whole_prompt(clis: AgentCL
 
 
 # --- the WebSocket mode --------------------------------------------------------------------------------
-
-WS_ACCEPTED = re.compile(r'"WebSocket /v1/responses" \[accepted\]')
-
 
 def test_websocket_turns_use_no_http_and_send_the_http_turn_s_prompt(clis: AgentCLIs, asset: Callable[[str], Path],
                                                                      tokenizer: Callable[[str], Any],
