@@ -47,7 +47,7 @@ from server.errors import ApiError, openai_error_body, to_api_error
 from server.http import validate
 from server.limits import Limiter, admitted, key_of
 from server.render_work import json_size, render_work
-from server.responses import ResponsesService, _with_ids, responses_of
+from server.responses import ResponsesService, _renaming, _with_ids, responses_of
 from server.responses_store import ResponseStore
 from server.services import ctx_of, services_of
 from server.shutdown import Drain
@@ -69,6 +69,7 @@ LIMIT_MESSAGE = ("Responses websocket connection limit reached ({minutes:g} minu
                  "connection to continue.")
 CLOSE_GOING_AWAY = 1001
 CLOSE_INTERNAL = 1011
+SEND_STALL_S = 60.0  # a client that takes no event for this long is treated as gone
 LIFETIME_GRACE_S = 30.0  # how long responses in flight at the lifetime may still run
 MAX_CACHED = 64  # lanes whose latest response the connection keeps
 STEER_UNSUPPORTED = ("tokenwire does not steer a running response: its engine cannot add input to a generation "
@@ -139,7 +140,11 @@ async def responses_endpoint(websocket: WebSocket) -> None:
         await refuse(websocket, decision.status, decision.message)
         return
     services = services_of(websocket)
-    shared = responses_of(websocket)
+    try:
+        shared = responses_of(websocket)
+    except ApiError as exc:  # a store it cannot reach: refused, as the HTTP routes answer it
+        await refuse(websocket, exc.status, exc.message)
+        return
     await websocket.accept()
     settings = ctx.settings
     key = key_of(decision.api_key if settings.api_keys else None, websocket.scope.get("client"))
@@ -336,9 +341,10 @@ class ResponsesConnection:
         svc = self.service
         prep = await svc.prepare(body, stream=True)
         chat = validate(ChatCompletionRequest, prep.chat.body)
-        ids = await render_work(svc.pipeline.renderer.tokenize_chat, chat, json_size(body))
+        # rendered as for generation (the context-length check included), then not generated
+        rendered = await _renaming(render_work(svc.pipeline.renderer.render_chat, chat, json_size(body)))
         rs = ResponseEvents(prep.shape, response_id=prep.id, created_at=prep.created, names=prep.chat.names)
-        events = [*rs.start(), *rs.finish(usage_of(len(ids), 0, 0))]
+        events = [*rs.start(), *rs.finish(usage_of(len(rendered.token_ids), 0, 0))]
         record = {"response": rs.final, "input": _with_ids(input_items(prep.req)), "history": prep.history}
         if prep.req.store is not False:
             await svc.store.put(prep.id, record)
@@ -348,24 +354,31 @@ class ResponsesConnection:
 
     # -- writing ---------------------------------------------------------------------------------
     async def _send(self, event: dict[str, Any]) -> None:
+        """Write one event. The wait is shielded: a response's cancel (``POST .../cancel``, from
+        another task) must not interrupt a half-sent message; it lands at the stream's next wait for
+        the engine instead. A client that reads nothing for :data:`SEND_STALL_S` counts as gone."""
         if event.get("type") == "error":
             metrics.error(str(event["error"].get("code") or event["status"]), "ws")
         data = orjson.dumps(event)
         direct = self.direct
-        if direct is not None:
-            if not direct.ready:
-                if direct.closed:
-                    raise _Disconnected
-                await direct.drained()
-                if direct.closed:
-                    raise _Disconnected
+        if direct is not None and direct.ready:  # the common case: straight to the transport
             direct.write_one(data)
             return
-        try:
-            async with self._send_lock:
-                await self.websocket.send_text(data.decode())
-        except _GONE:
-            raise _Disconnected from None
+        with anyio.move_on_after(SEND_STALL_S, shield=True) as stalled:
+            if direct is not None:
+                if not direct.closed:
+                    await direct.drained()
+                if direct.closed:
+                    raise _Disconnected
+                direct.write_one(data)
+                return
+            try:
+                async with self._send_lock:
+                    await self.websocket.send_text(data.decode())
+            except _GONE:
+                raise _Disconnected from None
+        if stalled.cancelled_caught:
+            raise _Disconnected
 
     async def _send_safe(self, event: dict[str, Any]) -> bool:
         try:

@@ -159,8 +159,11 @@ def test_bad_input_gets_error_events_naming_the_field(tiny: ServerProcess) -> No
                          )["error"]["param"] == "background"
         assert error_for({"type": "response.create", "model": MODEL, "input": "x", "temperature": 9}
                          )["error"]["param"] == "temperature"
-        too_long = error_for({"type": "response.create", "model": MODEL, "input": "word " * 3000})
-        assert too_long["status"] == 400 and "context length" in too_long["error"]["message"]
+        for generate in (True, False):  # an input past the context, generated or warmed up
+            too_long = error_for({"type": "response.create", "model": MODEL, "input": "word " * 3000,
+                                  "generate": generate})
+            assert too_long["status"] == 400 and "context length" in too_long["error"]["message"]
+            assert too_long["error"]["param"] == "input", too_long
         assert error_for({"type": "response.create", "model": MODEL, "input": "x",
                           "previous_response_id": "resp_nope"})["error"]["code"] == "previous_response_not_found"
         # a second create while one is in flight on the same lane
