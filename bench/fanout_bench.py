@@ -12,7 +12,7 @@ as a link's ``batch`` message would.
 
 ``--step-ms`` paces the steps; ``--evict-mb 64`` writes over 64 MiB between steps, so that every
 step starts with cold caches as a paced step does on a shared host, whatever the neighbours do
-(docs/benchmarks.md, issue 18, fifth pass).
+(docs/benchmarks.md, "The server's Python per token").
 
 Reported: CPU µs per token for the steady steps (every stream mid-stream) and for the whole run
 (requests' render, admission and done frames included), the best of ``--rounds``. ``--profile``

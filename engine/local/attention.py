@@ -8,7 +8,7 @@ call, else :func:`decode_attention` (two grouped matmuls); everything else — p
 exact mode), a call with arguments this path does not handle (sinks, softcapping, a position bias,
 dropout) — runs transformers' own SDPA function unchanged. ``TOKENWIRE_DECODE_ATTENTION``:
 ``native`` (the default), ``grouped``, or ``sdpa`` everywhere. What it costs and changes:
-docs/engine.md, "Decode attention in bf16".
+docs/engine-design.md, "Decode attention in bf16".
 """
 
 from __future__ import annotations

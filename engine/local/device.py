@@ -56,7 +56,7 @@ def resolve_threads(explicit: int | None = None) -> int:
     of them is descheduled (the event loop serving, or any other process) the others spin until
     it runs again. On the 2-core machine of issue 22 a 2-thread engine fell to under 1 tok/s at
     batch 1 beside one busy process, where a 1-thread engine lost half at most
-    (docs/benchmarks.md, Engine)."""
+    (docs/engine-design.md, "Torch threads")."""
     for value in (explicit, os.environ.get("TOKENWIRE_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS")):
         if value is None or value == "":
             continue

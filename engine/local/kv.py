@@ -1,7 +1,7 @@
 """The KV cache of the local engine: one preallocated buffer per layer (``[rows, kv_heads, capacity,
 head_dim]``), one row per sequence, kept compact so a decode step reads a plain view; it grows and
 shrinks with the live set. :class:`StepCache` is the duck-typed ``past_key_values`` of one forward.
-The layout and its rules: docs/engine.md, "LocalEngine".
+The layout and its rules: docs/engine-design.md, "Scheduler and continuous batching".
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ SmolLM2 decode step on one thread). Two pieces are rewritten with fewer operator
 bits: the rotary step (:func:`_rope`) and the RMSNorms (:func:`_rms_norm`). The runner uses it for
 decode steps only, and only after it has found its logits equal to the model's own, bit for bit,
 on a masked and an unmasked step at load (``ModelRunner._lean_decoder``); anything else runs the
-model. Why and what it saves: docs/engine.md, "Lean decode forward".
+model. Why and what it saves: docs/engine-design.md, "Lean decode forward".
 """
 
 from __future__ import annotations

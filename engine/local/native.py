@@ -6,7 +6,8 @@ nothing built at install). Where no compiler is found or the build fails, :func:
 and the engine keeps its grouped matmuls (``engine/local/attention.py``) and oneDNN's linears
 (``engine/local/packed.py``). Each kernel shares its work among the forward's torch thread count
 with threads of its own (``native/pool.c``), not OpenMP's. What they cost and change:
-docs/engine.md, "Decode attention in bf16", "Linear layers" and "The native kernels' threads".
+docs/engine-design.md, "Decode attention in bf16", "Linear layers", "Building the native kernels"
+and "The native kernels' threads".
 """
 
 from __future__ import annotations

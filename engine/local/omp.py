@@ -5,8 +5,8 @@ parallel region. Unless told otherwise libgomp makes a waiting thread spin (abou
 before it sleeps. On a machine whose cores are all busy that is the wrong choice: a waiting
 thread spins on the core its sibling needs, and the sibling is descheduled. On the 2-core machine
 of issue 22, at load average 5–8, a 2-thread engine made 1.4 / 4.2 tok/s at 1 / 8 streams with
-libgomp's default and 34 / 220 tok/s with ``OMP_WAIT_POLICY=PASSIVE`` (docs/benchmarks.md,
-Engine). libgomp reads the policy once, when torch loads it, so :func:`prefer_passive_wait` runs
+libgomp's default and 34 / 220 tok/s with ``OMP_WAIT_POLICY=PASSIVE`` (docs/engine-design.md,
+"Torch threads"). libgomp reads the policy once, when torch loads it, so :func:`prefer_passive_wait` runs
 in the CLI before anything imports torch. With one torch thread (the default on a 2-CPU machine)
 there is no barrier and the policy changes nothing.
 """

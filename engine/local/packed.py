@@ -5,7 +5,7 @@ weights (:class:`FusedProduct`). ``TOKENWIRE_LINEAR_KERNEL`` picks the kernel: `
 default; engine/local/native/linear.c, where it is built with AVX512-BF16: its own sums, checked
 at load against float64 per weight shape) or ``onednn`` (torch's oneDNN kernel on a prepacked
 weight: ``F.linear``'s bits, checked at load). ``TOKENWIRE_PACKED_LINEAR=0`` turns packing off.
-Why, what is packed and what it costs: docs/engine.md, "Linear layers".
+Why, what is packed and what it costs: docs/engine-design.md, "Linear layers".
 """
 
 from __future__ import annotations

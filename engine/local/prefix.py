@@ -3,7 +3,7 @@ Whole ``BLOCK``-token blocks matched through a chain of hashes, then compared fo
 bounded in bytes; images and resumed generations left out. A request's ``cache_salt`` is mixed into
 its first block's hash, as vLLM does, so blocks of different salts (tenants) never match: the cache
 is shared only between requests with the same salt (or none). How, and what it costs and keeps
-exact: docs/engine.md, "LocalEngine", "Prefix caching".
+exact: docs/engine-design.md, "Prefix cache".
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """The model side of the local engine: load a transformers causal LM (or a Qwen2-VL image-text model)
 and run batched prefill and decode forwards on the engine thread, through the model's own SDPA path
 and :class:`engine.local.kv.StepCache`; :meth:`ModelRunner.load` refuses architectures that cannot
-run that way. The two forwards and their masks: docs/engine.md, "LocalEngine".
+run that way. The two forwards and their masks: docs/engine-design.md, "Scheduler and continuous batching".
 """
 
 from __future__ import annotations
@@ -119,7 +119,7 @@ class ModelRunner:
     def _plan_projection(self) -> None:
         """Put the output projection behind :class:`_PlannedProjection`. It is one large product
         (SmolLM2's 49,152 × 576 weights are a fifth of the model), the one place in a forward
-        where a second passive thread's wake-up costs far less than it saves: docs/engine.md,
+        where a second passive thread's wake-up costs far less than it saves: docs/engine-design.md,
         "Each forward's thread count"."""
         head = self.model.get_output_embeddings()
         if head is None:
@@ -173,7 +173,7 @@ class ModelRunner:
         """Whether a resumed generation's earlier output (``output_offset``) can be recomputed in
         one forward per chunk (:meth:`LeanDecoder.replay`) with the bits of one decode step per
         token, and why, in words. It needs the lean decoder, the native linears (each output's bits
-        are its row's alone: docs/engine.md, "Linear layers") and the native decode attention
+        are its row's alone: docs/engine-design.md, "Linear layers") and the native decode attention
         (bits independent of the batch and of the length past a row's mask), and per-token rows
         that torch's vectorized elementwise loops cover without a scalar tail (an intermediate
         size a multiple of 64, a head size a multiple of 32: a tail runs ``std::exp`` where the

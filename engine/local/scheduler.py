@@ -5,8 +5,7 @@ under ``max_num_seqs``, the row table (decoding rows first, fixed with :class:`K
 :meth:`Scheduler.plan` under ``max_num_batched_tokens``; a resumed generation replays its earlier
 output in replay chunks under the same budget where the runner can (:attr:`PrefillChunk.replay`,
 ``Scheduler.replay_chunk``), else one decode step per token (:attr:`Sequence.replaying`). How:
-docs/engine.md, "LocalEngine"
-(continuous batching) and "Exactness".
+docs/engine-design.md, "Scheduler and continuous batching", and docs/engine.md, "Exactness".
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ decode, tokens or rows, KV length, each to a power of two); a bucket tries each 
 re-checks the others at its 4th forward and then every 32nd, less often while they keep losing.
 It assumes a forward's time depends on its own thread count, which holds for passive threads
 (and for the native pool's spin, which ends 100 µs after its last call by default). Why, what it
-measured and what it costs: docs/engine.md, "Each forward's thread count".
+measured and what it costs: docs/engine-design.md, "Each forward's thread count".
 """
 
 from __future__ import annotations
