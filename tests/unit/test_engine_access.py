@@ -1,5 +1,5 @@
-"""The engine key and the engine request ids (engine/access.py), in process: ``RemoteEngine`` over
-httpx.MockTransport, ``LinkEngine`` against a scripted ``/v1/session`` engine on a loopback socket
+"""The engine key and the engine request ids (engine/access.py), in process: ``RemoteEngine`` against a
+scripted engine on a loopback socket (tests/support/http_answers.py), ``LinkEngine`` against a scripted ``/v1/session`` engine on a loopback socket
 (websockets' own server).
 
 - ``--engine-api-key`` is sent as ``Authorization: Bearer`` on every request and every link upgrade;
@@ -34,6 +34,8 @@ from engine.protocol import GenerateRequest
 from engine.remote import RemoteEngine
 from server.cli import build_parser, check_before_loading, settings_from_args
 from server.context import create_engine
+from tests.support.http_answers import serve as serve_answers
+from tests.support.http_answers import stop_all
 
 KEY = "engine-key-0123456789"
 
@@ -55,6 +57,7 @@ class HttpEngine:
 
     def __init__(self) -> None:
         self.seen: list[tuple[str, str | None, dict[str, Any] | None]] = []
+        self.url = ""
 
     async def __call__(self, r: httpx.Request) -> httpx.Response:
         body = json.loads(r.content) if r.content else None
@@ -73,12 +76,20 @@ class HttpEngine:
         events = [orjson.dumps({"request_id": body["request_id"],
                                 "choices": [{"index": 0, "token_ids": [7, 8], "finish_reason": f}]})
                   for f in steps]
+        # a longer request is still running after its first event (the client leaves it there)
         return httpx.Response(200, headers={"content-type": "text/event-stream"},
-                              content=b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n")
+                              content=b"".join(b"data: " + e + b"\n\n" for e in events) + b"data: [DONE]\n\n",
+                              extensions={"hang_after": 1} if len(steps) > 1 else {})
 
     def engine(self, key: str | None) -> RemoteEngine:
-        return RemoteEngine("http://engine.test", model_name="m", max_model_len=64, api_key=key,
-                            transport=httpx.MockTransport(self))
+        self.url = self.url or serve_answers(self)
+        return RemoteEngine(self.url, model_name="m", max_model_len=64, api_key=key)
+
+
+@pytest.fixture(autouse=True)
+def _servers() -> Any:
+    yield
+    stop_all()
 
 
 def test_the_http_engine_gets_the_key_as_a_bearer_token_on_generate_abort_and_health() -> None:
@@ -118,9 +129,10 @@ def test_an_http_engine_that_refuses_the_key_is_a_502_that_names_the_flag(
     message = info.value.message
     assert info.value.status == 502 and says in message and "(HTTP 401)" in message
     assert "--engine-api-key" in message and "TOKENWIRE_ENGINE_API_KEY" in message
-    assert "engine.test" not in message  # the engine's address stays in the log
+    address = remote.url.split("//")[1]
+    assert address not in message  # the engine's address stays in the log
     lines = [r.getMessage() for r in caplog.records]
-    assert len(lines) == 1 and "--engine-api-key" in lines[0] and "engine.test" in lines[0]
+    assert len(lines) == 1 and "--engine-api-key" in lines[0] and address in lines[0]
 
 
 def test_http_engine_ids_are_namespaced_and_never_the_client_visible_one() -> None:

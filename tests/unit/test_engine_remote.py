@@ -1,11 +1,13 @@
-"""RemoteEngine against scripted remotes (httpx.MockTransport): vLLM 0.32's real answers are
-understood, cancelling aborts at the remote, and every failure is a clear engine error."""
+"""RemoteEngine against scripted remotes on a loopback socket (tests/support/http_answers.py):
+vLLM 0.32's real answers are understood, cancelling aborts at the remote, every failure is a clear
+engine error, and the client's own HTTP/1.1 (keep-alive pool, chunked and Content-Length bodies,
+answers split anywhere across reads) reads them all alike."""
 
 from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +24,15 @@ from engine.errors import (
 from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest
 from engine.remote import RemoteEngine
+from tests.support.http_answers import AnswerServer, refused_url, stop_all
 
 SAMPLES = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "generate_samples.json").read_text())
-URL = "http://remote.test"
+
+
+@pytest.fixture(autouse=True)
+def _servers() -> Iterator[None]:
+    yield
+    stop_all()
 
 Handler = Callable[[httpx.Request], Awaitable[httpx.Response]]
 
@@ -37,6 +45,7 @@ class Remote:
         self.abort_status = abort_status or {}
         self.generate_bodies: list[dict[str, Any]] = []
         self.aborts: list[tuple[str, list[str]]] = []
+        self.server: AnswerServer | None = None
 
     async def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
@@ -51,7 +60,9 @@ class Remote:
         return httpx.Response(404)
 
     def engine(self, **kw: Any) -> RemoteEngine:
-        return RemoteEngine(URL, model_name="m", max_model_len=4096, transport=httpx.MockTransport(self), **kw)
+        if self.server is None:
+            self.server = AnswerServer(self).start()
+        return RemoteEngine(self.server.url, model_name="m", max_model_len=4096, **kw)
 
 
 def sse(*events: Any) -> httpx.Response:
@@ -63,6 +74,13 @@ def vllm_stream(request: httpx.Request) -> Awaitable[httpx.Response]:
     raw = "\n".join(SAMPLES["generate_stream"]["raw_lines"]) + "\n"
     return _ready(httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"},
                                  content=raw.encode()))
+
+
+def vllm_stream_running(request: httpx.Request) -> Awaitable[httpx.Response]:
+    """vLLM's stream, its first two events: the engine is still generating when the client leaves."""
+    raw = "\n".join(SAMPLES["generate_stream"]["raw_lines"]) + "\n"
+    return _ready(httpx.Response(200, headers={"content-type": "text/event-stream; charset=utf-8"},
+                                 content=raw.encode(), extensions={"hang_after": 2}))
 
 
 async def _ready(r: httpx.Response) -> httpx.Response:
@@ -96,11 +114,12 @@ def req(**sp: Any) -> GenerateRequest:
                                            "sampling_params": {"max_tokens": 8, "temperature": 0, **sp}})
 
 
-def test_vllm_stream_becomes_one_output_per_step_with_usage_at_the_end() -> None:
+def test_vllm_stream_becomes_outputs_with_usage_at_the_end() -> None:
     remote = Remote(vllm_stream)
     outs = run(remote.engine(), req())
-    assert [o.choices[0].token_ids for o in outs] == [[201]] * 8
-    assert [o.finished for o in outs] == [False] * 7 + [True]
+    # one output per event, merged where they arrived before the reader took them (engine/outbox.py)
+    assert [t for o in outs for t in o.choices[0].token_ids] == [201] * 8
+    assert [o.finished for o in outs] == [False] * (len(outs) - 1) + [True]
     last = outs[-1]
     assert last.choices[0].finish_reason == "length" and last.usage is not None
     assert (last.usage.prompt_tokens, last.usage.completion_tokens) == (27, 8)
@@ -139,19 +158,26 @@ def test_n_choices_finish_only_when_all_have_finished() -> None:
                               {"request_id": "x", "usage": {"prompt_tokens": 3, "completion_tokens": 4,
                                                             "total_tokens": 7}, "choices": []}, b"[DONE]")))
     outs = run(remote.engine(), req(n=2))
-    assert [o.finished for o in outs] == [False, False, True]
+    assert [o.finished for o in outs] == [False] * (len(outs) - 1) + [True]
+    tokens: dict[int, list[int]] = {0: [], 1: []}
+    reasons: dict[int, str | None] = {}
+    for o in outs:
+        for c in o.choices:
+            tokens[c.index] += c.token_ids
+            reasons[c.index] = c.finish_reason or reasons.get(c.index)
+    assert tokens == {0: [1, 3], 1: [2, 4]} and reasons == {0: "stop", 1: "length"}
     assert outs[-1].usage is not None and outs[-1].usage.total_tokens == 7
 
 
 def test_leaving_early_aborts_at_the_remote() -> None:
-    remote = Remote(vllm_stream)
-    outs = run(remote.engine(), req(), stop_after=2)
-    assert len(outs) == 2
+    remote = Remote(vllm_stream_running)
+    outs = run(remote.engine(), req(), stop_after=1)
+    assert len(outs) == 1 and not outs[0].finished
     assert remote.aborts == [("/abort_requests", [remote.generate_bodies[0]["request_id"]])]
 
 
 def test_abort_falls_back_to_vllm_032_path() -> None:
-    remote = Remote(vllm_stream, abort_status={"/abort_requests": 404})
+    remote = Remote(vllm_stream_running, abort_status={"/abort_requests": 404})
 
     async def main() -> None:
         engine = remote.engine()
@@ -205,28 +231,24 @@ def test_400_keeps_the_remote_param_when_it_is_a_field_path() -> None:
 
 
 def test_unreachable_and_hanging_remotes() -> None:
-    async def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("connection refused", request=request)
-
     async def hang(request: httpx.Request) -> httpx.Response:
-        raise httpx.ReadTimeout("timed out", request=request)
+        await asyncio.sleep(30)
+        raise AssertionError("the client waits no longer")
 
+    url = refused_url()
     with pytest.raises(EngineUnavailable) as down:
-        run(Remote(refuse).engine(), req())
+        run(RemoteEngine(url, model_name="m", max_model_len=4096), req())
     assert down.value.message == "Cannot reach the remote engine (connection failed)."
-    assert "remote.test" not in down.value.message  # the engine's address is internal
+    assert "127.0.0.1" not in down.value.message  # the engine's address is internal
     with pytest.raises(EngineTimeout) as slow:
-        run(Remote(hang).engine(read_timeout=7), req())
-    assert "did not answer within 7 s" in slow.value.message and slow.value.status == 504
+        run(Remote(hang).engine(read_timeout=0.3), req())
+    assert "did not answer within 0.3 s" in slow.value.message and slow.value.status == 504
 
 
 def test_health_reports_an_unreachable_remote() -> None:
-    async def refuse(request: httpx.Request) -> httpx.Response:
-        raise httpx.ConnectError("nope", request=request)
-
     async def main() -> tuple[bool, bool, str]:
         up = Remote(vllm_stream).engine()
-        down = RemoteEngine(URL, model_name="m", max_model_len=10, transport=httpx.MockTransport(refuse))
+        down = RemoteEngine(refused_url(), model_name="m", max_model_len=10)
         a, b = await up.health(), await down.health()
         await up.close()
         await down.close()

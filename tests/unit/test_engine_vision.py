@@ -202,9 +202,10 @@ def test_the_remote_engine_passes_features_on_unchanged(renderer: Renderer) -> N
     vllm = {**ours, "features": {"mm_hashes": {"image": ["h"]}, "mm_placeholders": {"image": [{"offset": 3,
             "length": 4}]}, "kwargs_data": {"image": ["bXNncGFjaw=="]}, "mm_metadata": {"image": [None]}}}
 
+    from tests.support.http_answers import serve, stop_all
+
     async def main() -> None:
-        engine = RemoteEngine("http://remote.test", model_name="m", max_model_len=4096,
-                              transport=httpx.MockTransport(remote))
+        engine = RemoteEngine(serve(remote), model_name="m", max_model_len=4096)
         try:
             for body in (ours, vllm):
                 async for _ in engine.generate(GenerateRequest.model_validate(body)):
@@ -212,5 +213,8 @@ def test_the_remote_engine_passes_features_on_unchanged(renderer: Renderer) -> N
         finally:
             await engine.close()
 
-    asyncio.run(main())
+    try:
+        asyncio.run(main())
+    finally:
+        stop_all()
     assert [b["features"] for b in sent] == [ours["features"], vllm["features"]]

@@ -400,3 +400,8 @@ def test_server_imports_inside_functions_only_the_named_lazy_torch_imports() -> 
                 found.add(key)
     assert offenders == []
     assert set(LAZY_IMPORTS) - found == set(), "allow-list entries that match nothing: drop them"
+
+
+def test_the_http_engine_client_uses_no_http_library() -> None:
+    # engine/remote.py speaks HTTP/1.1 itself (asyncio protocols): one path, no httpx twin beside it
+    assert _violations("engine", ("httpx", "httpcore", "aiohttp", "requests")) == []
