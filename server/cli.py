@@ -507,6 +507,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         return run(settings, gating, sock, seat)
     except (GatingError, ValueError) as exc:  # server.context.ModelLoadError is a ValueError
+        if seat is not None:  # a --workers process: its supervisor prints it, once for all
+            seat.fail(str(exc))
+            return EXIT_USAGE
         return _fail(str(exc))
     except KeyboardInterrupt:
         return 0

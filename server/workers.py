@@ -92,6 +92,13 @@ class Seat:
         """Tell the supervisor this worker serves (server/worker_metrics.py ``started``)."""
         os.write(self.ready_fd, f"{self.index}\n".encode())
 
+    def fail(self, message: str) -> None:
+        """Hand a start-up error (a configuration error's one line) to the supervisor, which prints
+        it once for all the workers (each meets the same error)."""
+        line = "E" + json.dumps([self.index, message[:2000]]) + "\n"  # one write under PIPE_BUF: not interleaved
+        with contextlib.suppress(OSError):
+            os.write(self.ready_fd, line.encode())
+
 
 def seat_of(environ: dict[str, str]) -> Seat | None:
     """This process's seat when a supervisor started it (taken out of ``environ`` and the process's
@@ -128,6 +135,7 @@ class _Worker:
     started_at: float = 0.0
     ready: bool = False
     failures: int = 0  # deaths in a row, each soon after its start
+    error: str | None = None  # the start-up error it reported (Seat.fail)
     restart_at: float | None = None
 
 
@@ -141,6 +149,7 @@ class Supervisor:
         self.workers = [_Worker(k) for k in range(count)]
         self.folder = Path(tempfile.mkdtemp(prefix="tokenwire-workers-"))  # 0700
         self.ready_r, self.ready_w = os.pipe()
+        self._ready_buffer = b""
         os.set_blocking(self.ready_r, False)
         self.signals: list[int] = []
         self.generated_secret = False
@@ -185,12 +194,20 @@ class Supervisor:
         return rc
 
     def _read_ready(self) -> None:
+        """The workers' lines: ``K`` (worker K serves) or ``E[K, "message"]`` (it failed to start)."""
         with contextlib.suppress(BlockingIOError):
-            for line in os.read(self.ready_r, 4096).decode().split():
-                w = self.workers[int(line)]
-                if w.proc is not None and w.proc.poll() is None:
-                    w.ready = True
-                    log.info("worker %d ready (pid %d)", w.index, w.proc.pid)
+            self._ready_buffer += os.read(self.ready_r, 65536)
+        *lines, self._ready_buffer = self._ready_buffer.split(b"\n")
+        for raw in lines:
+            line = raw.decode(errors="replace")
+            if line.startswith("E"):
+                index, message = json.loads(line[1:])
+                self.workers[index].error = message
+                continue
+            w = self.workers[int(line)]
+            if w.proc is not None and w.proc.poll() is None:
+                w.ready, w.error = True, None
+                log.info("worker %d ready (pid %d)", w.index, w.proc.pid)
 
     def _wait(self, timeout: float) -> None:
         with contextlib.suppress(InterruptedError):
@@ -252,9 +269,14 @@ class Supervisor:
             for w in self.workers:
                 rc = self._reap(w)
                 if rc is not None and not w.ready:
-                    log.error("worker %d %s before it was ready; stopping the others", w.index, self._describe(rc))
+                    self._read_ready()  # its error, written before it exited
+                    if w.error is not None:  # a configuration error: its one line, once
+                        print(f"tokenwire: error: {w.error}", file=sys.stderr, flush=True)
+                    else:
+                        log.error("worker %d %s before it was ready; stopping the others", w.index,
+                                  self._describe(rc))
                     self._signal_all(signal.SIGTERM)
-                    self._drain()
+                    self._drain(quiet=True)
                     return rc if rc > 0 else 1
         return None
 
@@ -281,9 +303,9 @@ class Supervisor:
                 w.failures = w.failures + 1 if now - w.started_at < YOUNG_S else 0
                 delay = 0.0 if w.failures <= 1 else min(MAX_BACKOFF_S, 0.5 * 2 ** w.failures)
                 alive = sum(1 for o in self.workers if o.proc is not None and o.proc.poll() is None)
-                log.warning("worker %d (pid %d) %s; %d of %d workers serve; restarting it%s", w.index,
-                            w.proc.pid if w.proc else -1, self._describe(rc), alive, self.count,
-                            f" in {delay:g} s" if delay else "")
+                log.warning("worker %d (pid %d) %s%s; %d of %d workers serve; restarting it%s", w.index,
+                            w.proc.pid if w.proc else -1, self._describe(rc),
+                            f" ({w.error})" if w.error else "", alive, self.count, f" in {delay:g} s" if delay else "")
                 w.ready, w.restart_at = False, now + delay
 
     def _restart(self, w: _Worker) -> None:
@@ -293,8 +315,9 @@ class Supervisor:
             log.error("worker %d cannot restart: %s; retrying in %g s", w.index, exc, MAX_BACKOFF_S)
             w.restart_at = time.monotonic() + MAX_BACKOFF_S
 
-    def _drain(self, handled: int = 1) -> int:
-        """Until every worker exited, passing on any further signal; 0 when all exited 0."""
+    def _drain(self, handled: int = 1, *, quiet: bool = False) -> int:
+        """Until every worker exited, passing on any further signal; 0 when all exited 0 (``quiet``:
+        without a line for those that did not, as when a start-up failure stops the others)."""
         statuses: dict[int, int] = {}
         while len(statuses) < sum(1 for w in self.workers if w.proc is not None):
             if len(self.signals) > handled:
@@ -307,7 +330,7 @@ class Supervisor:
                 if w.index not in statuses and (rc := self._reap(w)) is not None:
                     statuses[w.index] = rc
         bad = {k: rc for k, rc in statuses.items() if rc != 0}
-        if bad:
+        if bad and not quiet:
             log.warning("workers ended: %s", ", ".join(f"{k}: {self._describe(rc)}" for k, rc in sorted(bad.items())))
         return 0 if not bad else 1
 
