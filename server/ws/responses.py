@@ -217,7 +217,7 @@ class ResponsesConnection:
                 await self._dispatch(event)
             except _Disconnected:
                 return
-            except (ApiError, ValueError) as exc:
+            except Exception as exc:  # a refused event (shutting down included): an error event, the socket lives on
                 if not await self._send_safe(error_event(exc)):
                     return
 
