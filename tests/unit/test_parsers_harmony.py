@@ -240,13 +240,13 @@ def test_the_shortcuts_split_as_feeding(cls: Any, parallel: bool) -> None:
        plain=st.sampled_from(["plain words", "東京", "x", "a<b", '"', "é"]), data=st.data())
 def test_where_a_shortcut_is_offered_feeding_returns_the_promise_and_changes_nothing(
         parts: list[str], plain: str, data: st.DataObject) -> None:
-    cls = data.draw(st.sampled_from([harmony_parser(True, True), HarmonyToolParser]))
+    cls: Any = data.draw(st.sampled_from([harmony_parser(True, True), HarmonyToolParser]))
     ctx = ParserContext(parallel_tool_calls=data.draw(st.booleans()))
     text = "".join(parts)
     parser = cls(ctx)
     for chunk in split_at(text, data.draw(st.lists(st.integers(0, len(text)), max_size=10))):
         parser.feed(chunk)
-        promises = []
+        promises: list[tuple[str, str, list[tuple[int, Any, str]]]] = []
         if isinstance(parser, ReasoningParser) and parser.plain_reasoning_guard() not in (None, *plain):
             promises.append(("", plain, []))
         if parser.plain_content_guard() not in (None, *plain):
