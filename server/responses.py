@@ -286,13 +286,14 @@ class ResponseStream:
         self.stream = stream
         self.id = prep.id
         self._cancelled = False
-        self._scope = anyio.CancelScope()
+        self._wait: anyio.CancelScope | None = None  # around the wait for the next chunk, while it waits
         self.events_out = ResponseEvents(prep.shape, response_id=prep.id, created_at=prep.created,
                                          names=prep.chat.names, seal=service._sealer(prep.req))
 
     def cancel(self) -> None:
         self._cancelled = True
-        self._scope.cancel()
+        if self._wait is not None:
+            self._wait.cancel()  # (a scope already left ignores it)
 
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         svc, rs, prep = self.service, self.events_out, self.prep
@@ -306,14 +307,24 @@ class ResponseStream:
         try:
             for ev in rs.start():
                 yield ev
-            with self._scope:  # cancel() stops the wait for the engine's next output too
-                async with self.stream.running():
-                    async for chunk in chunks:
-                        usage = chunk.get("usage")
-                        if usage:
-                            prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
-                        for ev in rs.push(chunk):
-                            yield ev
+            async with self.stream.running():
+                while not self._cancelled:
+                    # cancel() stops the wait for the engine's next output; the scope is open only
+                    # around that wait, never across a yield (a cancel landing while the consumer sends
+                    # an event would break the send instead of ending the stream)
+                    self._wait = anyio.CancelScope()
+                    with self._wait:
+                        try:
+                            chunk = await chunks.__anext__()
+                        except StopAsyncIteration:
+                            break
+                    if self._wait.cancelled_caught or self._cancelled:
+                        break
+                    usage = chunk.get("usage")
+                    if usage:
+                        prompt, completion = usage.get("prompt_tokens", 0), usage.get("completion_tokens", 0)
+                    for ev in rs.push(chunk):
+                        yield ev
             if self._cancelled:
                 for ev in rs.cancel():
                     yield ev
