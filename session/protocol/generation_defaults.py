@@ -2,34 +2,13 @@
 
 The one place that decides what a request that leaves a sampling field unset gets. Every endpoint
 reaches it through the renderer (``session/render/renderer.py`` holds one
-:class:`GenerationDefaults` and hands it to each request's ``to_sampling_params`` and to the
-length rules): chat, completions, Anthropic messages (rendered as the chat request they convert
-to), the ``/v1/session`` frames, the ``/render`` endpoints and the engine requests a front end sends
-to a remote engine (the front end decides; the engine gets explicit values).
-
-vLLM's rules (``ModelConfig.get_diff_sampling_param`` in ``vllm/config/model.py``, the serving
-classes' ``override_max_tokens``, ``get_max_tokens`` in ``vllm/entrypoints/serve/utils/api_utils.py``):
-
-- the keys: ``repetition_penalty``, ``presence_penalty``, ``frequency_penalty``, ``temperature``,
-  ``top_k``, ``top_p``, ``min_p`` and ``max_new_tokens`` (Hugging Face's name for ``max_tokens``);
-  a key whose value is ``null`` is not a default;
-- ``--generation-config auto`` (the default) reads the model directory, a folder path reads that
-  folder, ``vllm`` reads nothing; ``--override-generation-config`` is merged on top key by key
-  (``null`` removes the model's value), also with ``vllm``;
-- a request value wins, then the default, then vLLM's own (temperature 1, top_p 1, top_k 0,
-  min_p 0, penalties 0 and 1);
-- ``max_new_tokens`` is the output limit of a request that sets none (chat's ``max_tokens`` /
-  ``max_completion_tokens``; a completion's ``max_tokens`` defaults to 16, as in vLLM, so it only
-  applies there to an explicit ``null``). It is also a hard cap on every request where vLLM makes
-  it one: the ``max_new_tokens`` of ``--override-generation-config``, or, with a folder path, the
-  folder's own (after the override);
-- every output limit is then clamped to the room the prompt leaves in the context;
-- a tokens-in request (``/inference/v1/generate``, a ``generate`` frame) whose ``sampling_params``
-  do not name ``max_tokens`` gets that same limit, and nothing else (:func:`with_default_max_tokens`,
-  vLLM's tokens-only serving); its other fields are the client's, as it sent them.
-
-Values are checked once, at start-up (:func:`resolve`): a value of the wrong type or out of the
-range the engine accepts is a :class:`ValueError` naming the key and where it came from.
+:class:`GenerationDefaults`): chat, completions, Anthropic messages, Responses, the ``/v1/session``
+frames, the ``/render`` endpoints and the engine requests a front end sends to a remote engine.
+It follows ``ModelConfig.get_diff_sampling_param`` (``vllm/config/model.py``) and vLLM's
+``get_max_tokens``; the keys, their precedence, the output limit and the cap are described in
+docs/serve.md, "Sampling defaults from the model". Values are checked once, at start-up
+(:func:`resolve`): a value of the wrong type or range is a :class:`ValueError` naming the key and
+where it came from.
 """
 
 from __future__ import annotations

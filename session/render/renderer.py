@@ -10,12 +10,9 @@ auto tool choice); the conversation is rendered with the chat template and token
 placeholder tokens expanded and their ``features`` attached; length
 rules (:mod:`session.render.limits`); sampling params from the request, with a configured tool
 parser keeping special tokens (and constraining ``required`` / named tool choice to a JSON
-schema); the assistant-token mask and token offsets when asked for.
-
-The sampling defaults of the model (``generation_config.json``, as vLLM's ``--generation-config``)
-are decided here, for every endpoint: :attr:`Renderer.generation_defaults` fills each field a
-request leaves unset (:meth:`Renderer.sampling_params`) and gives the output limit of a request
-that sets none (:meth:`Renderer.fit`); the rules are session/protocol/generation_defaults.py's.
+schema); the assistant-token mask and token offsets when asked for. The model's sampling
+defaults (:attr:`Renderer.generation_defaults`, session/protocol/generation_defaults.py) fill what a
+request leaves unset (:meth:`Renderer.sampling_params`, :meth:`Renderer.fit`).
 """
 
 from __future__ import annotations
@@ -37,6 +34,7 @@ from session.render.conversation import check_roles, conversation_of, developer_
 from session.render.deepseek_v32 import DeepSeekV32Encoder, function_dicts, uses_encoder
 from session.render.encoder import Encoder, assistant_mask
 from session.render.harmony import HarmonyRender
+from session.render.harmony_structured import constrained_tools, harmony_structured_outputs
 from session.render.images import ImageRef
 from session.render.limits import FittedPrompt, check_text_length, fit_mask, fit_prompt
 from session.render.template import ChatTemplate
@@ -238,14 +236,16 @@ class Renderer:
     def _render_harmony(self, req: ChatCompletionRequest, harmony: HarmonyRender,
                         names: _FieldNames) -> GenerateRequest:
         """vLLM's gpt-oss path (session/render/harmony.py): no template and no tool-choice checks
-        (vLLM runs none for harmony); the sampling params are the request's own (vLLM's harmony
-        grammar for forced tool calls is a structural tag, which tokenwire does not build: no
-        JSON-array constraint, which would break the harmony format)."""
+        (vLLM runs none for harmony); a structured-output constraint or a forced tool call becomes
+        vLLM's harmony structural tag (session/render/harmony_structured.py)."""
         ids = harmony.ids(req)
         fitted = self.fit(ids, requested_max_tokens=req.requested_max_tokens,
                           truncate_prompt_tokens=req.truncate_prompt_tokens, param="messages",
                           max_tokens_param=names.max_tokens(req))
-        params = self.sampling_params(req, fitted.max_tokens)
+        structured = harmony_structured_outputs(req)
+        if structured is not None and structured.get("structural_tag") is not None:
+            _check_strict_tool_schemas(req, names)
+        params = self.sampling_params(req, fitted.max_tokens, structured_outputs=structured)
         return self._generate_request(new_request_id("chatcmpl"), fitted, params, req)
 
     def render_completion(self, req: CompletionRequest) -> list[GenerateRequest]:
@@ -471,3 +471,15 @@ def _check_tool_schemas(req: ChatCompletionRequest, names: _FieldNames) -> None:
             where = names.tool_schema(i) + (f".{bad.field}" if bad.field else "")
             raise RenderError(f"{where} {bad.message} (tool_choice={names.forced_tool(req.tool_choice)} "
                               "constrains the output to this schema).", param=names.tool_schema(i))
+
+
+def _check_strict_tool_schemas(req: ChatCompletionRequest, names: _FieldNames) -> None:
+    """gpt-oss: the harmony structural tag enforces the parameter schema of each ``strict`` tool it
+    may call; refuse (400, naming the keyword and the tool) one the engine could not enforce."""
+    for i in constrained_tools(req):
+        tool = (req.tools or [])[i]
+        bad = unsupported_schema_feature(tool.function.parameters or {})
+        if bad is not None:
+            where = names.tool_schema(i) + (f".{bad.field}" if bad.field else "")
+            raise RenderError(f"{where} {bad.message} (the tool is strict, and its calls are constrained to "
+                              "this schema).", param=names.tool_schema(i))
