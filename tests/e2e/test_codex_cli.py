@@ -327,3 +327,26 @@ def test_websocket_turns_use_no_http_and_send_the_http_turn_s_prompt(clis: Agent
     assert ws_ids == http_ids
     text = tokenizer("qwen3").decode(resumed)
     assert text.index(PROMPTS[0]) < text.index(ANSWER) < text.index(PROMPTS[1])
+
+
+def test_the_encrypted_reasoning_comes_back_over_the_websocket_mode(
+        clis: AgentCLIs, reasoning: tuple[ServerProcess, SequencedEngine], tmp_path: Path) -> None:
+    """The same over the WebSocket mode: the sealed reasoning Codex got on the socket is in its session
+    file, and the resumed turn (a new socket, the whole history, that item included) is accepted; no
+    HTTP request reaches the server."""
+    srv, engine = reasoning
+    posts = len([line for line in list(srv.lines) if ACCESS.search(line)])
+    generated = len(engine.requests)
+    codex = Codex(clis, srv, tmp_path, websockets=True)
+    first = codex.turn(PROMPTS[0])
+    completed(first)
+    sessions = list((codex.home / ".codex" / "sessions").rglob("*.jsonl"))
+    assert len(sessions) == 1
+    items = [json.loads(line).get("payload", {}) for line in sessions[0].read_text().splitlines()]
+    sealed = [i["encrypted_content"] for i in items if i.get("type") == "reasoning"]
+    assert len(sealed) == 1 and sealed[0]
+    second = codex.turn("resume", "--last", PROMPTS[1])
+    completed(second)
+    assert [i["text"] for t in (first, second) for i in t.items("agent_message")] == ["\n\n" + ANSWER] * 2
+    assert len([line for line in list(srv.lines) if ACCESS.search(line)]) == posts
+    assert len(engine.requests) == generated + 2  # one per turn: the warm-ups generate nothing
