@@ -7,7 +7,8 @@
 # tokenwire's user cache ($TOKENWIRE_CACHE_DIR, else ~/.cache/tokenwire, as engine/user_cache.py),
 # in a folder named after the lockfile's sha256: a cached install is reused without the network, and
 # changing a pin installs afresh. The folder is built beside its final name and renamed into place
-# once both binaries answer `--version`, so an interrupted install is never taken for a complete one.
+# once both binaries answer `--version`, so an interrupted install is never taken for a complete one;
+# a lock file serialises concurrent installs.
 #
 # Prints the folder holding the `codex` and `claude` commands on stdout. Exits 3 (after one line on
 # stderr saying why) where there is no npm or the npm registry cannot be reached, so callers can skip
@@ -50,6 +51,13 @@ if ! timeout 60 npm ping --fetch-retries=0 --fetch-timeout=15000 >/dev/null 2>&1
     exit 3
 fi
 mkdir -p "$root"
+# one install at a time (pytest workers may all ask at once); the one that waited finds it done
+exec 9>"$root/.install.lock"
+flock 9
+if works "$bin"; then
+    echo "$bin"
+    exit 0
+fi
 tmp="$(mktemp -d "$root/.tmp-XXXXXX")"
 trap 'rm -rf "$tmp"' EXIT
 cp "$spec/package.json" "$spec/package-lock.json" "$tmp/"
