@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import NoReturn
+from urllib.parse import urlsplit
 
 from engine.access import KEY_ENV as ENGINE_KEY_ENV
 from engine.access import check_key
@@ -97,6 +98,19 @@ def _int_in(low: int, high: int | None = None, what: str = "") -> Callable[[str]
     return parse
 
 
+def _engine_url(text: str) -> str:
+    """``--engine-url``: http(s):// for a vLLM-compatible engine, ws(s):// for a tokenwire engine link."""
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018 - raises on a port that is not a number in range
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https", "ws", "wss") or not parts.hostname:
+        raise argparse.ArgumentTypeError(f"{text!r} is not http://HOST[:PORT], https://…, ws://HOST[:PORT] "
+                                         "or wss://…")
+    return text
+
+
 def _number(low: float, *, strict: bool = False, what: str = "") -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -148,7 +162,7 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                         "replicas. Give it twice to rotate: the new secret first (it signs), then the previous "
                         "one (it still verifies) (env TOKENWIRE_STATE_SECRET, TOKENWIRE_STATE_SECRET_PREVIOUS; "
                         "default: random per process, with a warning)")
-    p.add_argument("--engine-url", default=None,
+    p.add_argument("--engine-url", default=None, type=_engine_url,
                    help="the engine for full pipelines: http://HOST:PORT for any vLLM-compatible tokens-only "
                         "engine (one HTTP stream per request), ws://HOST:PORT for a tokenwire `serve "
                         "--tokens-only` (every request on a few multiplexed WebSockets, one message per "
