@@ -35,9 +35,13 @@ def k8s_docs() -> list[dict[str, Any]]:
     return [d for f in K8S for d in yaml.safe_load_all(f.read_text()) if d]
 
 
+TIERS = ("engine", "frontend")  # tokenwire's own tiers; the responses store is Redis
+
+
 def containers() -> list[tuple[dict[str, Any], dict[str, Any]]]:
-    """(pod spec, container) of every Deployment."""
+    """(pod spec, container) of every Deployment of the engine and front-end tiers."""
     return [(d["spec"]["template"]["spec"], c) for d in k8s_docs() if d["kind"] == "Deployment"
+            and d["spec"]["template"]["metadata"]["labels"].get("tier") in TIERS
             for c in d["spec"]["template"]["spec"]["containers"]]
 
 
@@ -167,6 +171,33 @@ def test_a_network_policy_admits_only_the_front_ends_to_the_engine_port() -> Non
     ports = {c["name"]: {p["name"]: p["containerPort"] for p in c["ports"]} for _, c in containers()}
     for name in ("engine", "vllm"):
         assert [p["port"] for p in rule["ports"]] == ["http"] and "http" in ports[name], name
+
+
+def test_the_responses_store_is_shared_by_the_front_ends_and_reached_by_them_alone() -> None:
+    docs = k8s_docs()
+    frontend = pod_labels("frontend")
+    (store,) = [d for d in docs if d["kind"] == "Deployment" and d["metadata"]["name"] == "tokenwire-responses-store"]
+    store_labels = store["spec"]["template"]["metadata"]["labels"]
+    (service,) = [d for d in docs if d["kind"] == "Service" and selects({"matchLabels": d["spec"]["selector"]}, store_labels)]
+    (redis,) = store["spec"]["template"]["spec"]["containers"]
+    port = {p["name"]: p["containerPort"] for p in redis["ports"]}["redis"]
+    assert [p["port"] for p in service["spec"]["ports"]] == [port]
+    url = f"redis://{service['metadata']['name']}:{port}/0"
+    for _, c in containers():
+        env = {e["name"]: e.get("value") for e in c.get("env", [])}
+        if c["name"] == "frontend":
+            assert env.get("TOKENWIRE_RESPONSES_STORE") == url
+        else:
+            assert "TOKENWIRE_RESPONSES_STORE" not in env, c["name"]
+    # bounded and on no disk, as the compose file's store
+    compose = compose_services()["responses-store"]["command"]
+    assert redis["args"] == compose
+    assert flag(redis["args"], "--maxmemory-policy") == "volatile-ttl" and flag(redis["args"], "--save") == ""
+    (policy,) = [d for d in docs if d["kind"] == "NetworkPolicy" and selects(d["spec"]["podSelector"], store_labels)]
+    (rule,) = policy["spec"]["ingress"]
+    (peer,) = rule["from"]
+    assert selects(peer["podSelector"], frontend) and not selects(peer["podSelector"], pod_labels("engine"))
+    assert [p["port"] for p in rule["ports"]] == ["redis"]
 
 
 def test_compose_keeps_the_engines_on_an_internal_network_shared_only_with_the_front_ends() -> None:
