@@ -171,6 +171,7 @@ class ResponsesConnection:
         # (and DELETE) reach a stored one streaming here.
         self.service = ResponsesService(shared.pipeline, shared.codec, store=self.store)
         self.service._running = shared._running
+        self.service._deleted = shared._deleted  # a DELETE while it runs here keeps it unstored
         self.drain = drain or Drain()
         self.limits = limits or (Limiter(), "")
         self.max_in_flight = max_in_flight

@@ -219,6 +219,20 @@ def test_cancel_a_stored_websocket_response_over_http(tiny: ServerProcess, oai: 
         assert len([e for e in rest if e["type"] == "response.output_text.delta"]) < 900
 
 
+def test_a_websocket_response_deleted_over_http_while_running_stays_deleted(tiny: ServerProcess,
+                                                                            oai: openai.OpenAI) -> None:
+    with raw_ws(tiny) as ws:
+        ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "Write a long story.",
+                            "max_output_tokens": 900, "store": True}))
+        rid = checked(ws.recv(timeout=30))["response"]["id"]
+        while checked(ws.recv(timeout=30))["type"] != "response.output_text.delta":
+            pass
+        oai.responses.delete(rid)
+        until_done(lambda: ws.recv(timeout=30))
+    with pytest.raises(openai.NotFoundError):  # its end did not store it again
+        oai.responses.retrieve(rid)
+
+
 def test_steer_is_answered_steer_failed_with_the_reason(tiny: ServerProcess) -> None:
     with raw_ws(tiny) as ws:
         ws.send(json.dumps({"type": "response.create", "model": MODEL, "input": "Hi", "max_output_tokens": 2,
