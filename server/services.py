@@ -46,7 +46,7 @@ FRAMES_BY_GROUP = {
     RouteGroup.RENDER: ("render",),
     RouteGroup.DERENDER: ("derender",),
     RouteGroup.GENERATE: ("generate",),
-    RouteGroup.PIPELINE: ("chat", "completion", "messages"),
+    RouteGroup.PIPELINE: ("chat", "completion", "messages", "response"),
 }
 
 
@@ -71,10 +71,11 @@ def build_services(ctx: ServerContext) -> Services:
     derender = build_derender_service(ctx, codec) if serves_derender else None
     pipeline = Pipeline(ctx, renderer, codec, warn_random_secret=not serves_derender)
     s = ctx.settings
+    responses = ResponsesService(pipeline, codec, store_from(s.responses_store))
     return Services(renderer=renderer, codec=codec, derender=derender, pipeline=pipeline,
-                    stages=PipelineStages(pipeline, derender), session=session_config(ctx),
+                    stages=PipelineStages(pipeline, derender, responses), session=session_config(ctx),
                     limiter=Limiter(rate_per_minute=s.rate_limit, max_concurrent=s.max_concurrent_requests),
-                    drain=Drain(), responses=ResponsesService(pipeline, codec, store_from(s.responses_store)))
+                    drain=Drain(), responses=responses)
 
 
 def build_renderer(ctx: ServerContext) -> Renderer:

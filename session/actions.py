@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from session.client_frames import Kind
+from session.client_frames import Kind, PipelineKind
 from session.server_frames import ServerFrame
 
 
@@ -44,7 +44,7 @@ class StartDerender:
 @dataclass(frozen=True, slots=True)
 class StartPipeline:
     id: str
-    kind: Kind
+    kind: PipelineKind
     body: dict[str, Any]
     resume: dict[str, Any] | None
     checkpoints: bool

@@ -42,6 +42,7 @@ MAX_CHECKPOINT_CHARS = 64 * 1024
 RequestId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS)]
 EventId = Annotated[str, Field(max_length=MAX_ID_CHARS)]
 Kind = Literal["chat", "completion", "messages"]
+PipelineKind = Literal["chat", "completion", "messages", "response"]  # the whole-pipeline request frames
 
 
 def subprotocol(version: int = PROTOCOL_VERSION) -> str:
@@ -140,6 +141,13 @@ class Messages(_PipelineFrame):
     type: Literal["messages"] = "messages"
 
 
+class Response(_PipelineFrame):
+    """An OpenAI Responses request; its frames carry the Responses stream events (not resumable:
+    ``resumable: true`` and ``resume`` are refused by the session)."""
+
+    type: Literal["response"] = "response"
+
+
 class Cancel(_ClientFrame):
     type: Literal["cancel"] = "cancel"
     id: RequestId
@@ -149,17 +157,19 @@ class Ping(_ClientFrame):
     type: Literal["ping"] = "ping"
 
 
-ClientFrame = SessionUpdate | Render | Generate | Derender | Chat | Completion | Messages | Cancel | Ping
-PipelineFrame = Chat | Completion | Messages
-RequestFrame = Render | Generate | Derender | Chat | Completion | Messages
+ClientFrame = (SessionUpdate | Render | Generate | Derender | Chat | Completion | Messages | Response | Cancel
+               | Ping)
+PipelineFrame = Chat | Completion | Messages | Response
+RequestFrame = Render | Generate | Derender | Chat | Completion | Messages | Response
 
 CLIENT_FRAMES: TypeAdapter[ClientFrame] = TypeAdapter(
     Annotated[ClientFrame, Field(discriminator="type")]
 )
 CLIENT_FRAME_TYPES: tuple[str, ...] = (
-    "session.update", "render", "generate", "derender", "chat", "completion", "messages", "cancel", "ping",
+    "session.update", "render", "generate", "derender", "chat", "completion", "messages", "response", "cancel",
+    "ping",
 )
-REQUEST_FRAME_TYPES = frozenset({"render", "generate", "derender", "chat", "completion", "messages"})
+REQUEST_FRAME_TYPES = frozenset({"render", "generate", "derender", "chat", "completion", "messages", "response"})
 
 
 class FatalFrameError(Exception):

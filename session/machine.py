@@ -255,7 +255,9 @@ class Session:
         req = self._requests.get(request_id)
         kind, event_id = (req.type, req.event_id) if req is not None else ("chat", None)
         frame: sf.ServerFrame
-        if kind == "messages":
+        if kind == "response":
+            frame = sf.ResponseDelta(id=request_id, event_id=event_id, events=payloads)
+        elif kind == "messages":
             frame = sf.MessagesDelta(id=request_id, event_id=event_id, events=payloads, stream_id=stream_id,
                                      checkpoint=checkpoint, output_token_ids=output_token_ids)
         elif kind == "completion":
@@ -400,6 +402,13 @@ class Session:
             except f.FrameError as exc:
                 self._frame_error(exc)
                 return
+        if isinstance(frame, f.Response) and (frame.resume is not None or frame.resumable):
+            param = "resume" if frame.resume is not None else "resumable"
+            self._frame_error(f.FrameError(
+                "invalid_frame", f"response streams are not resumable: {param} is not supported on a response "
+                "frame (store the response and chain it with previous_response_id instead).",
+                event_id=frame.event_id, request_id=frame.id, param=param))
+            return
         action: Action
         if isinstance(frame, f.Render):
             action = StartRender(frame.id, frame.kind, apply_defaults(frame.kind, frame.body, self.settings))
@@ -410,7 +419,9 @@ class Session:
         else:
             resume = frame.resume.model_dump() if frame.resume is not None else None
             resumable = frame.resumable
-            if resumable is None:  # a resumed stream stays resumable unless the frame says otherwise
+            if isinstance(frame, f.Response):  # never resumable (refused above when asked)
+                resumable = False
+            elif resumable is None:  # a resumed stream stays resumable unless the frame says otherwise
                 resumable = self.settings.resumable or frame.resume is not None
             action = StartPipeline(frame.id, frame.type, apply_defaults(frame.type, frame.body, self.settings),
                                    resume, resumable)

@@ -167,6 +167,18 @@ class MessagesDelta(_PipelineDelta):
                                    output_token_ids=self._merged_ids(later))
 
 
+@dataclass(slots=True, kw_only=True)
+class ResponseDelta(_PipelineDelta):
+    """``events``: OpenAI Responses stream events, as ``POST /v1/responses`` streams them (never
+    resumable: ``stream_id``, ``checkpoint`` and ``output_token_ids`` are null)."""
+
+    type: Literal["response.delta"] = "response.delta"
+    events: list[dict[str, Any]]
+
+    def merge(self, later: ResponseDelta) -> ResponseDelta:
+        return dataclasses.replace(self, events=self.events + later.events)
+
+
 Status = Literal["completed", "cancelled"]
 
 
@@ -197,11 +209,16 @@ class MessagesDone(_Done):
     type: Literal["messages.done"] = "messages.done"
 
 
-DeltaFrame = GenerateDelta | ChatDelta | CompletionDelta | MessagesDelta
-DoneFrame = RenderDone | DerenderDelta | GenerateDone | ChatDone | CompletionDone | MessagesDone
+@dataclass(slots=True, kw_only=True)
+class ResponseDone(_Done):
+    type: Literal["response.done"] = "response.done"
+
+
+DeltaFrame = GenerateDelta | ChatDelta | CompletionDelta | MessagesDelta | ResponseDelta
+DoneFrame = RenderDone | DerenderDelta | GenerateDone | ChatDone | CompletionDone | MessagesDone | ResponseDone
 AnyServerFrame = (SessionCreated | SessionUpdated | Pong | ErrorFrame | RenderDone | DerenderDelta
                   | GenerateDelta | GenerateDone | ChatDelta | ChatDone | CompletionDelta | CompletionDone
-                  | MessagesDelta | MessagesDone)
+                  | MessagesDelta | MessagesDone | ResponseDelta | ResponseDone)
 
 SERVER_FRAMES: TypeAdapter[AnyServerFrame] = TypeAdapter(
     Annotated[AnyServerFrame, Field(discriminator="type")]
@@ -270,7 +287,7 @@ def pipeline_delta_bytes(kind: str, seq: int, event_id: str | None, request_id: 
     """What ``DELTA_FRAME_OF[kind](...).encode(seq)`` gives for a ``chat`` / ``completion`` /
     ``messages`` request, without building the frame (the per-token path: held to the classes by
     a test)."""
-    key = "events" if kind == "messages" else "chunks"
+    key = "events" if kind in ("messages", "response") else "chunks"
     return orjson.dumps({"type": _DELTA_TYPE[kind], "seq": seq, "event_id": event_id, "id": request_id,
                          "stream_id": stream_id, "checkpoint": checkpoint, "output_token_ids": output_token_ids,
                          key: payloads}, option=orjson.OPT_NON_STR_KEYS)
@@ -278,12 +295,14 @@ def pipeline_delta_bytes(kind: str, seq: int, event_id: str | None, request_id: 
 
 DELTA_FRAME_OF: dict[str, type[DeltaFrame]] = {
     "generate": GenerateDelta, "chat": ChatDelta, "completion": CompletionDelta, "messages": MessagesDelta,
+    "response": ResponseDelta,
 }
 _DELTA_TYPE = {kind: next(f.default for f in dataclasses.fields(cls) if f.name == "type")  # "chat.delta", ...
                for kind, cls in DELTA_FRAME_OF.items() if kind != "generate"}
 PIPELINE_KINDS = frozenset(_DELTA_TYPE)
-DONE_FRAME_OF: dict[str, type[GenerateDone | ChatDone | CompletionDone | MessagesDone]] = {
+DONE_FRAME_OF: dict[str, type[GenerateDone | ChatDone | CompletionDone | MessagesDone | ResponseDone]] = {
     "generate": GenerateDone, "chat": ChatDone, "completion": CompletionDone, "messages": MessagesDone,
+    "response": ResponseDone,
 }
 
 

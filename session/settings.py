@@ -13,10 +13,11 @@ from typing import Any
 import orjson
 from pydantic import ValidationError
 
-from session.client_frames import FrameError, Kind, SamplingDefaults, SessionPatch, describe
+from session.client_frames import FrameError, PipelineKind, SamplingDefaults, SessionPatch, describe
 
 # Session sampling defaults → the request field each API names them by (None: not applied).
 _OPENAI_FIELDS = {name: name for name in SamplingDefaults.model_fields}
+_RESPONSES_FIELDS = {**_OPENAI_FIELDS, "max_tokens": "max_output_tokens"}
 _ANTHROPIC_FIELDS = {"temperature": "temperature", "top_p": "top_p", "top_k": "top_k",
                      "max_tokens": "max_tokens", "stop": "stop_sequences"}
 # The session settings, as session.updated echoes them, may take this many bytes of JSON: a
@@ -122,13 +123,13 @@ def _merge(base: dict[str, Any], patch: dict[str, Any] | None) -> dict[str, Any]
     return out
 
 
-def apply_defaults(kind: Kind, body: dict[str, Any], settings: SessionSettings) -> dict[str, Any]:
-    """A shallow copy of ``body`` with the session's model, sampling defaults and (chat only)
+def apply_defaults(kind: PipelineKind, body: dict[str, Any], settings: SessionSettings) -> dict[str, Any]:
+    """A shallow copy of ``body`` with the session's model, sampling defaults and (chat and response)
     ``chat_template_kwargs`` filled in where the body leaves them unset."""
     out = dict(body)
     if out.get("model") is None:
         out["model"] = settings.model
-    names = _ANTHROPIC_FIELDS if kind == "messages" else _OPENAI_FIELDS
+    names = _ANTHROPIC_FIELDS if kind == "messages" else _RESPONSES_FIELDS if kind == "response" else _OPENAI_FIELDS
     for name, value in settings.sampling.items():
         target = names.get(name)
         if target is None or out.get(target) is not None:
@@ -138,7 +139,7 @@ def apply_defaults(kind: Kind, body: dict[str, Any], settings: SessionSettings) 
         if target == "stop_sequences" and isinstance(value, str):
             value = [value]
         out[target] = value
-    if kind == "chat" and settings.chat_template_kwargs:
+    if kind in ("chat", "response") and settings.chat_template_kwargs:
         given = out.get("chat_template_kwargs")
         if given is None:
             out["chat_template_kwargs"] = dict(settings.chat_template_kwargs)

@@ -1,14 +1,16 @@
 """The stages a session drives, over the process's pipeline and derender service.
 
 ``server.pipeline`` is the one module that chains render → generate → derender; this adapter only
-gives the session one object with the four operations its frames need, each the same call the
+gives the session one object with the five operations its frames need, each the same call the
 matching HTTP endpoint makes (so a frame's output equals the endpoint's for the same input):
 
 - ``render`` / ``generate``: the pipeline's separate stages;
 - ``derender_step``: the derender service's streaming step (``DerenderService.step``, which the
   HTTP derender routes call with ``"stream": true``; large bodies on a worker thread);
 - ``stream``: the whole pipeline, admitted before the first event (so admission errors are error
-  frames), closed — and the engine request aborted — when the iterator is closed.
+  frames), closed — and the engine request aborted — when the iterator is closed;
+- ``open_response``: the Responses service's stream (``ResponsesService.open_stream``, what
+  ``POST /v1/responses`` streams), for ``response`` frames.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from engine.protocol import GenerateRequest
 from server.pipeline import Pipeline
 from server.pipeline_stream import PipelineStream, StreamEvent
 from server.render_work import json_size
+from server.responses import ResponsesService, ResponseStream
 from session.client_frames import Kind
 from session.derender import INLINE_BODY_BYTES, DerenderService
 
@@ -33,9 +36,11 @@ class PipelineStages:
     """Built once, at start-up, by ``server/services.py``; ``derender`` is None where the derender
     frames are not served (the session refuses those frames before they get here)."""
 
-    def __init__(self, pipeline: Pipeline, derender: DerenderService | None) -> None:
+    def __init__(self, pipeline: Pipeline, derender: DerenderService | None,
+                 responses: ResponsesService | None = None) -> None:
         self.pipeline = pipeline
         self.derender = derender
+        self.responses = responses
 
     async def render(self, kind: Kind, body: dict[str, Any]) -> list[GenerateRequest]:
         return await self.pipeline.render(kind, body)
@@ -53,6 +58,11 @@ class PipelineStages:
     def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
                checkpoints: bool = False) -> SessionStream:
         return SessionStream(self.pipeline, kind, body, resume=resume, checkpoints=checkpoints)
+
+    async def open_response(self, body: dict[str, Any]) -> ResponseStream:
+        """The Responses service's stream, as ``POST /v1/responses`` with ``stream: true`` opens it."""
+        assert self.responses is not None, "response frames are gated with the pipeline routes"
+        return await self.responses.open_stream(body)
 
 
 class SessionStream:

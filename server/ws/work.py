@@ -7,7 +7,7 @@ closed on the way out, which aborts their engine work. What each action reports:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol, TypeVar, cast
 
@@ -46,6 +46,17 @@ class Stages(Protocol):
     def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
                checkpoints: bool = False) -> Closing[StreamEvent]: ...
 
+    async def open_response(self, body: dict[str, Any]) -> Events:
+        """A Responses request validated, rendered and admitted (errors raise here, before any
+        event): its Responses stream events, each a dict, as SSE sends them."""
+        ...
+
+
+class Events(Protocol):
+    """The Responses events of one opened response (``server.responses.ResponseStream``)."""
+
+    def events(self) -> AsyncIterator[dict[str, Any]]: ...
+
 
 class Listenable(Protocol):
     """A pipeline stream that can report its events from the engine's own delivery (the step-wise
@@ -82,6 +93,8 @@ async def run(start: Start, pipeline: Stages, report: Reporter) -> None:
         report.done(start.id, result=await pipeline.derender_step(start.kind, start.body))
     elif isinstance(start, StartGenerate):
         await _generate(start, pipeline, report)
+    elif start.kind == "response":
+        await _response(start, pipeline, report)
     else:
         await _pipeline(start, pipeline, report)
 
@@ -105,7 +118,9 @@ async def _generate(start: StartGenerate, pipeline: Stages, report: Reporter) ->
 
 
 async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) -> None:
-    stream = pipeline.stream(start.kind, start.body, resume=start.resume, checkpoints=start.checkpoints)
+    kind = start.kind
+    assert kind != "response", "a response frame runs _response"
+    stream = pipeline.stream(kind, start.body, resume=start.resume, checkpoints=start.checkpoints)
     request_id, delta, resumable = start.id, report.pipeline_delta, start.checkpoints
 
     def deliver(events: list[StreamEvent]) -> None:  # once per token (the step-wise path)
@@ -127,6 +142,20 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
                     deliver([event])
     finally:
         await stream.aclose()  # aborts what the engine has not finished (a stop string, a cancel)
+    report.done(start.id)
+
+
+async def _response(start: StartPipeline, pipeline: Stages, report: Reporter) -> None:
+    """A ``response`` frame: the Responses service's own events (the generator SSE and the Responses
+    WebSocket mode read), one per delta; closing them aborts the engine work."""
+    opened = await pipeline.open_response(start.body)
+    events = opened.events()
+    try:
+        async for event in events:
+            report.pipeline_delta(start.id, [event], checkpoint=None, output_token_ids=None, stream_id=None)
+    finally:
+        with anyio.CancelScope(shield=True):  # a cancel: still abort the engine work and settle the store
+            await events.aclose()  # type: ignore[attr-defined]
     report.done(start.id)
 
 

@@ -51,7 +51,7 @@ def test_a_render_frame_on_plain_serve_is_not_enabled_naming_the_flag() -> None:
     assert error["code"] == "not_enabled"
     assert error["message"] == ("render frames are not enabled on this server: start the server with "
                                 f"--enable-scale-out (or {ENV_VAR}=1) (enabled: session.update, chat, "
-                                "completion, messages, cancel, ping).")
+                                "completion, messages, response, cancel, ping).")
 
 
 def test_launch_render_without_an_engine_names_engine_url() -> None:

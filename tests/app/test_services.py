@@ -52,7 +52,7 @@ def test_the_derender_service_exists_only_where_its_routes_are_served(
         asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> None:
     services = create_app(_ctx(asset, tokenizer, Mode.SERVE)).state.services
     assert services.derender is None
-    assert services.session.frames == frozenset({"chat", "completion", "messages"})
+    assert services.session.frames == frozenset({"chat", "completion", "messages", "response"})
 
 
 def test_a_chat_template_that_does_not_compile_stops_app_creation(

@@ -50,7 +50,8 @@ def test_session_created_lists_the_frames_enabled_by_the_gating(monkeypatch: pyt
     with session_client(monkeypatch, groups=groups) as (client, _), open_session(client) as ws:
         created = Frames(ws).next()
         assert created["type"] == "session.created" and created["seq"] == 1
-        assert created["frames"] == ["session.update", "chat", "completion", "messages", "cancel", "ping"]
+        assert created["frames"] == ["session.update", "chat", "completion", "messages", "response", "cancel",
+                                     "ping"]
         assert created["session"]["model"] == "tiny"
 
 

@@ -23,6 +23,7 @@ def test_every_client_frame_round_trips_through_its_encoding() -> None:
         f.Chat(id="c", body={}, resumable=True, resume=f.Resume(request_id="chatcmpl-1", checkpoint="x", output_token_ids=[1])),
         f.Completion(id="k", body={"prompt": "a"}),
         f.Messages(id="m", body={}),
+        f.Response(id="o", body={"input": "Hi"}),
         f.Cancel(id="c"),
         f.Ping(event_id="p"),
     ]
