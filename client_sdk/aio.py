@@ -21,7 +21,7 @@ from client_sdk import errors
 from client_sdk.connection import WebSocketTransport
 from client_sdk.http_fallback import HttpTransport
 from client_sdk.options import Options, TransportChoice, base_urls
-from client_sdk.resources import NOT_GIVEN, Chat, Completions, Derenderer, Messages, Requester
+from client_sdk.resources import NOT_GIVEN, Chat, Completions, Derenderer, Messages, Requester, Responses
 from client_sdk.streams import GenerateStream
 from client_sdk.transport import Transport
 from client_sdk.types import (
@@ -47,6 +47,7 @@ class AsyncClient:
         self.chat: Chat
         self.completions: Completions
         self.messages: Messages
+        self.responses: Responses
 
     # -- lifecycle -------------------------------------------------------------------------------
     async def connect(self) -> Self:
@@ -76,6 +77,7 @@ class AsyncClient:
         self.chat = Chat(requester)
         self.completions = Completions(requester)
         self.messages = Messages(requester)
+        self.responses = Responses(requester)
 
     async def aclose(self) -> None:
         if self._transport is not None:

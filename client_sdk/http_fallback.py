@@ -31,8 +31,9 @@ from session.server_frames import (
 )
 from session.settings import SessionSettings, apply_defaults, apply_patch
 
-PIPELINE_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "messages": "/v1/messages"}
-RENDER_PATHS = {k: v + "/render" for k, v in PIPELINE_PATHS.items()}
+PIPELINE_PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "messages": "/v1/messages",
+                  "response": "/v1/responses"}
+RENDER_PATHS = {k: PIPELINE_PATHS[k] + "/render" for k in ("chat", "completion", "messages")}
 DERENDER_PATHS = {"chat": "/v1/chat/completions/derender", "completion": "/v1/completions/derender"}
 GENERATE_PATH = "/inference/v1/generate"
 # The frames of the scale-out endpoints, and how a server turns them on (a plain `serve` has them off).
@@ -41,7 +42,8 @@ SCALE_OUT_HINT = (": they are scale-out endpoints, which a server started with -
                   "(or `launch render`, `serve --tokens-only`) serves")
 # Which frame type each HTTP route serves (the HTTP twin of session.created's ``frames``).
 FRAME_OF_PATH = {PIPELINE_PATHS["chat"]: "chat", PIPELINE_PATHS["completion"]: "completion",
-                 PIPELINE_PATHS["messages"]: "messages", RENDER_PATHS["chat"]: "render",
+                 PIPELINE_PATHS["messages"]: "messages", PIPELINE_PATHS["response"]: "response",
+                 RENDER_PATHS["chat"]: "render",
                  DERENDER_PATHS["chat"]: "derender", GENERATE_PATH: "generate"}
 _ANTHROPIC_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
                      "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
@@ -181,8 +183,9 @@ class HttpTransport:
         assert kind in PIPELINE_PATHS
         body = {**apply_defaults(kind, frame.body, self._session()), "stream": True}  # type: ignore[arg-type]
         delta = DELTA_FRAME_OF[kind]
-        field = "events" if kind == "messages" else "chunks"
-        async for payload in self._sse(PIPELINE_PATHS[kind], body, channel, anthropic=kind == "messages"):
+        field = "events" if kind in ("messages", "response") else "chunks"
+        async for payload in self._sse(PIPELINE_PATHS[kind], body, channel, anthropic=kind == "messages",
+                                       responses=kind == "response"):
             channel.put(delta(id=frame.id, **{field: [payload]}))  # type: ignore[arg-type]
         if not channel.finished:
             channel.put(DONE_FRAME_OF[kind](id=frame.id, status="completed"))
@@ -201,7 +204,7 @@ class HttpTransport:
             channel.put(GenerateDone(id=frame.id, status="completed", usage=usage))
 
     async def _sse(self, path: str, body: dict[str, Any], channel: Channel, *,
-                   anthropic: bool) -> AsyncIterator[dict[str, Any]]:
+                   anthropic: bool, responses: bool = False) -> AsyncIterator[dict[str, Any]]:
         """The JSON payloads of an SSE answer; an error (status or event) ends it with an error frame."""
         async with self._http.stream("POST", path, content=orjson.dumps(body),
                                      headers={"content-type": "application/json"}) as response:
@@ -218,17 +221,23 @@ class HttpTransport:
                 if data == "[DONE]":
                     return
                 payload = orjson.loads(data)
-                error = _stream_error(name, payload, anthropic=anthropic)
+                error = _stream_error(name, payload, anthropic=anthropic, responses=responses)
                 if error is not None:
                     channel.put(error_frame(channel.id, error))
                     return
                 yield payload
 
 
-def _stream_error(name: str, payload: Any, *, anthropic: bool) -> dict[str, Any] | None:
-    """An error event inside an SSE stream, as an ``error`` frame body (None: not an error)."""
+def _stream_error(name: str, payload: Any, *, anthropic: bool, responses: bool = False) -> dict[str, Any] | None:
+    """An error event inside an SSE stream, as an ``error`` frame body (None: not an error). A
+    Responses stream's failure is its own ``response.failed`` event, passed on as an event."""
     if not isinstance(payload, dict):
         return None
+    if responses:
+        if payload.get("type") != "error":
+            return None
+        return {"code": "internal_error", "status": 500, "param": payload.get("param"),
+                "message": str(payload.get("message") or "The response failed.")}
     if anthropic and (name == "error" or payload.get("type") == "error"):
         inner = payload.get("error") or {}
         status = _ANTHROPIC_STATUS.get(str(inner.get("type")), 500)

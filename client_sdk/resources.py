@@ -1,7 +1,7 @@
 """The API surface: OpenAI / Anthropic shaped calls and the three primitive stages.
 
-``client.chat.completions.create``, ``client.completions.create`` and ``client.messages.create``
-take the same arguments as the OpenAI / Anthropic SDKs (the request body's fields as keyword
+``client.chat.completions.create``, ``client.completions.create``, ``client.messages.create`` and
+``client.responses.create`` take the same arguments as the OpenAI / Anthropic SDKs (the request body's fields as keyword
 arguments) and answer with the same shapes: a typed stream with ``stream=True``, else the whole
 response. A session only streams, so a non-streaming call collects its stream
 (:mod:`client_sdk.accumulate`), which gives what the HTTP endpoint answers without ``stream``.
@@ -14,12 +14,14 @@ from typing import Any, Literal, overload
 
 from client_sdk import accumulate, errors
 from client_sdk.options import Options
+from client_sdk.response_types import FINAL_EVENTS, Response, ResponseLifecycleEvent
 from client_sdk.streams import (
     ChatCompletionStream,
     CompletionStream,
     GenerateStream,
     MessageStream,
     RequestStream,
+    ResponseEventStream,
 )
 from client_sdk.transport import Transport
 from client_sdk.types import (
@@ -40,6 +42,7 @@ from session.client_frames import Generate as GenerateFrame
 from session.client_frames import Kind
 from session.client_frames import Messages as MessagesFrame
 from session.client_frames import Render as RenderFrame
+from session.client_frames import Response as ResponseFrame
 from session.server_frames import DerenderDelta, RenderDone
 
 
@@ -99,6 +102,30 @@ class Requester:
         if kind == "completion":
             return accumulate.completion_response(items)  # type: ignore[arg-type]
         return accumulate.message_response(items)  # type: ignore[arg-type]
+
+    async def response(self, body: dict[str, Any], *, stream: bool, timeout: Any) -> Any:
+        """A Responses request over the session's ``response`` frame (or ``POST /v1/responses`` on
+        the HTTP fallback): never resumable (docs/protocol.md §4.5)."""
+        body.pop("stream", None)
+        frame = ResponseFrame(id=self.transport.new_id("response"), body=body)
+        request = RequestStream(self.transport, frame, timeout=self._timeout(timeout))
+        await request.start()
+        typed = ResponseEventStream(request)
+        if stream:
+            return typed
+        final: ResponseLifecycleEvent | None = None
+        async for event in typed:
+            if isinstance(event, ResponseLifecycleEvent) and event.type in FINAL_EVENTS:
+                final = event
+        if request.status == "cancelled":
+            raise errors.RequestCancelled(f"Request {request.id} was cancelled.")
+        if final is None:
+            raise errors.ProtocolError(f"The stream of request {request.id} ended without a final response event.")
+        if final.type == "response.failed":  # over HTTP, the JSON endpoint answers such a failure with an error
+            error = final.response.error or {}
+            raise errors.from_error_body({"code": "internal_error", "status": 500, "param": None,
+                                          "message": str(error.get("message") or "The response failed.")})
+        return final.response
 
     async def render(self, kind: Kind, body: dict[str, Any], *, timeout: Any = NOT_GIVEN) -> Any:
         frame = RenderFrame(id=self.transport.new_id("render"), kind=kind, body=body)
@@ -206,6 +233,27 @@ class Messages:
         body = _body(params, messages=list(messages), max_tokens=max_tokens, model=model)
         return await self._requester.pipeline("messages", body, stream=stream, resumable=resumable,  # type: ignore[no-any-return]
                                               timeout=timeout)
+
+
+class Responses:
+    def __init__(self, requester: Requester) -> None:
+        self._requester = requester
+
+    @overload
+    async def create(self, *, input: Any, model: str | None = None, stream: Literal[False] = False,
+                     timeout: Any = NOT_GIVEN, **params: Any) -> Response: ...
+
+    @overload
+    async def create(self, *, input: Any, model: str | None = None, stream: Literal[True],
+                     timeout: Any = NOT_GIVEN, **params: Any) -> ResponseEventStream: ...
+
+    async def create(self, *, input: Any, model: str | None = None, stream: bool = False,
+                     timeout: Any = NOT_GIVEN, **params: Any) -> Response | ResponseEventStream:
+        """An OpenAI Responses request (``stream=True``: a stream of Responses events, typed as the
+        ``openai`` SDK's; else the ``Response``). Other fields (``instructions``, ``tools``,
+        ``previous_response_id``, ``store``, ``include``, …) as keyword arguments."""
+        body = _body(params, input=input, model=model)
+        return await self._requester.response(body, stream=stream, timeout=timeout)  # type: ignore[no-any-return]
 
 
 class Derenderer:

@@ -14,6 +14,7 @@ from collections.abc import Callable, Generator
 from typing import Any, Generic, Self, TypeVar
 
 from client_sdk import errors
+from client_sdk.response_types import ResponseStreamEvent, parse_response_event
 from client_sdk.resume import ResumeTracker
 from client_sdk.transport import FINAL_TYPES, Handle, Interrupted, Transport
 from client_sdk.types import (
@@ -33,6 +34,7 @@ from session.server_frames import (
     GenerateDelta,
     GenerateDone,
     MessagesDelta,
+    ResponseDelta,
 )
 
 T = TypeVar("T")
@@ -299,6 +301,21 @@ class CompletionStream(ItemStream[CompletionStreamResponse]):
 class MessageStream(ItemStream[MessageStreamEvent]):
     def __init__(self, request: RequestStream) -> None:
         super().__init__(request, _message_events)
+
+
+def _response_events(frame: AnyServerFrame) -> list[ResponseStreamEvent]:
+    if isinstance(frame, ResponseDelta):
+        return [parse_response_event(e) for e in frame.events]
+    return []
+
+
+class ResponseEventStream(ItemStream[ResponseStreamEvent]):
+    """OpenAI Responses stream events (``client_sdk.response_types``), as ``POST /v1/responses``
+    streams them; the last one (``response.completed`` / ``.incomplete`` / ``.failed``) holds the
+    whole response."""
+
+    def __init__(self, request: RequestStream) -> None:
+        super().__init__(request, _response_events)
 
 
 class GenerateStream(ItemStream[GenerateStreamResponse]):

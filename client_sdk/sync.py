@@ -157,6 +157,7 @@ class Client:
         self.chat = _Chat(self._runner, self._async.chat)
         self.completions = _Create(self._runner, self._async.completions)
         self.messages = _Create(self._runner, self._async.messages)
+        self.responses = _Create(self._runner, self._async.responses)
 
     @property
     def transport(self) -> Literal["websocket", "http"]:

@@ -26,10 +26,11 @@ from session.client_frames import RequestFrame
 from session.server_frames import AnyServerFrame, ErrorFrame
 
 FINAL_TYPES = frozenset({"render.done", "derender.delta", "generate.done", "chat.done", "completion.done",
-                         "messages.done", "error"})
+                         "messages.done", "response.done", "error"})
 KNOWN_TYPES = frozenset({"session.created", "session.updated", "pong", "error", "render.done", "derender.delta",
                          "generate.delta", "generate.done", "chat.delta", "chat.done", "completion.delta",
-                         "completion.done", "messages.delta", "messages.done"})
+                         "completion.done", "messages.delta", "messages.done", "response.delta",
+                         "response.done"})
 
 
 class Interrupted(ConnectionLostError):
