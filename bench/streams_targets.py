@@ -15,7 +15,9 @@
 6. vLLM's API server beside it, only where a vLLM installation is given (``--vllm-python``; reported
    as not run otherwise): the CPU per streamed token of ``vllm serve``'s API server process (its engine
    core is a child process) and of tokenwire's front end (``launch render`` over the session link to a
-   ``serve --tokens-only`` engine), both with SmolLM2-135M generating, at 16 and 64 SSE streams.
+   ``serve --tokens-only`` engine, and the same over the ``http://`` link, vLLM's wire, issue 40's
+   target: at most 0.7x vLLM's API server over SSE), both with SmolLM2-135M generating, at 16 and 64
+   SSE streams.
 
 Beside them, ``bench.fanout_bench``: the server's own Python per token in one process, without
 sockets (back to back, and paced as a real engine steps), the part of figure 1 that is not the
@@ -193,8 +195,8 @@ async def _api_streams(url: str, pid: int, streams: int, tokens: int) -> dict[st
 
 def api_servers(levels: list[int], tokens: int, vllm_python: str | None) -> dict[str, Any]:
     """Target 6: the API server's CPU per streamed token with a real engine behind it (SmolLM2-135M).
-    tokenwire: ``launch render`` in front of a ``serve --tokens-only`` engine over the session link
-    (the front end measured). vLLM: ``vllm serve`` (its API server process measured; its engine core
+    tokenwire: ``launch render`` in front of a ``serve --tokens-only`` engine over the session link,
+    then over the ``http://`` link (engine/remote.py) to the same engine (the front end measured). vLLM: ``vllm serve`` (its API server process measured; its engine core
     is a child process), only where ``vllm_python`` is given."""
     from bench.vllm_compare import engine_dtype, server, vllm_cmd, vllm_env, vllm_version
 
@@ -213,6 +215,10 @@ def api_servers(levels: list[int], tokens: int, vllm_python: str | None) -> dict
         assert front.proc is not None
         out["tokenwire"] = {"what": "launch render --engine-url ws:// (front end) + serve --tokens-only (engine)",
                             **measured(front.url, front.proc.pid)}
+        with render_server(model, engine.url) as front:
+            assert front.proc is not None
+            out["tokenwire_http"] = {"what": "launch render --engine-url http:// (front end) + serve --tokens-only "
+                                             "(engine)", **measured(front.url, front.proc.pid)}
     if vllm_python is None:
         out["vllm"] = None
         return out
@@ -261,12 +267,19 @@ def target6(api: dict[str, Any] | None) -> dict[str, Any]:
     and their ratio (below 1: tokenwire spends less)."""
     if api is None or api.get("vllm") is None:
         return {"value": None, "note": "not run: no vLLM installation was given (--vllm-python)"}
-    tw, vl = api["tokenwire"], api["vllm"]
-    return {f"cpu_us_per_token_{c}": {"tokenwire_front_end": tw[c]["api_cpu_us_per_token"],
-                                      "vllm_api_server": vl[c]["api_cpu_us_per_token"],
-                                      "ratio": round(tw[c]["api_cpu_us_per_token"]
-                                                     / max(vl[c]["api_cpu_us_per_token"], 1e-9), 3)}
-            for c in tw if c.isdigit()}
+    tw, vl, http = api["tokenwire"], api["vllm"], api.get("tokenwire_http")
+    out: dict[str, Any] = {
+        f"cpu_us_per_token_{c}": {"tokenwire_front_end": tw[c]["api_cpu_us_per_token"],
+                                  "vllm_api_server": vl[c]["api_cpu_us_per_token"],
+                                  "ratio": round(tw[c]["api_cpu_us_per_token"]
+                                                 / max(vl[c]["api_cpu_us_per_token"], 1e-9), 3)}
+        for c in tw if c.isdigit()}
+    for c in (c for c in (http or {}) if c.isdigit() and c in vl):  # issue 40: the http:// link, SSE <= 0.7x vLLM's
+        assert http is not None
+        ratio = round(http[c]["api_cpu_us_per_token"] / max(vl[c]["api_cpu_us_per_token"], 1e-9), 3)
+        out[f"cpu_us_per_token_{c}"].update(tokenwire_http_front_end=http[c]["api_cpu_us_per_token"],
+                                            http_ratio=_verdict(ratio, 0.7))
+    return out
 
 
 def targets(out: dict[str, Any]) -> dict[str, Any]:
