@@ -37,7 +37,7 @@
 export const PROTOCOL = "tokenwire.v1";
 export const AUTH_PREFIX = "tokenwire.auth.";
 const FINAL = new Set(["render.done", "derender.delta", "generate.done", "chat.done", "completion.done",
-  "messages.done", "error"]);
+  "messages.done", "response.done", "error"]);
 const PIPELINE_DELTAS = new Set(["chat.delta", "completion.delta", "messages.delta"]);
 // error codes after which a resumable stream resumes (docs/protocol.md §3, §8)
 const RESUME_ON = new Set(["engine_unavailable", "shutting_down", "session_closed"]);
@@ -159,6 +159,13 @@ export class Session {
   completion(body, options) { return this._pipeline("completion", body, options); }
   /** A streaming Anthropic message: an async iterator of Anthropic stream events. */
   messages(body, options) { return this._pipeline("messages", body, options); }
+  /** A streaming OpenAI Responses request (docs/protocol.md §4.5): an async iterator of Responses
+   *  stream events, `response.created` to `response.completed`; never resumable. */
+  response(body) {
+    const stream = this._start({ type: "response", body });
+    stream.resumable = false;
+    return stream;
+  }
 
   /** Render a request body: a GenerateRequest object (a list of them for "completion"). */
   async render(kind, body) {
@@ -493,7 +500,7 @@ export class RequestStream {
         const frame = await this._next();
         if (frame === null) return;
         if (frame.type === "chat.delta" || frame.type === "completion.delta") yield* frame.chunks;
-        else if (frame.type === "messages.delta") yield* frame.events;
+        else if (frame.type === "messages.delta" || frame.type === "response.delta") yield* frame.events;
         else if (frame.type === "generate.delta") yield frame.chunk;
         else if (frame.type === "generate.done") this.usage = frame.usage;
       }

@@ -100,7 +100,9 @@ export const tests = {
       assert(s.protocol === "tokenwire.v1", `selected ${s.protocol}`);
       assert(s.info.type === "session.created" && s.lastSeq === 1, "session.created comes first, seq 1");
       assert(s.info.protocol_version === 1, "protocol version 1");
-      for (const t of ["chat", "completion", "messages", "cancel", "ping"]) assert(s.frames.includes(t), `frame ${t} enabled`);
+      for (const t of ["chat", "completion", "messages", "response", "cancel", "ping"]) {
+        assert(s.frames.includes(t), `frame ${t} enabled`);
+      }
       const scaleOut = ["render", "generate", "derender"].filter((t) => s.frames.includes(t));
       assert(scaleOut.length === 0 || scaleOut.length === 3, `the scale-out frames come together (${scaleOut})`);
     } finally { s.close(); }
@@ -220,6 +222,26 @@ export const tests = {
       const events = await collect(s.messages({ messages: USER, max_tokens: 5 }));
       assert(events[0].type === "message_start", events[0].type);
       assert(events[events.length - 1].type === "message_stop", events[events.length - 1].type);
+    } finally { s.close(); }
+  },
+
+  async "response streams Responses events whose text is the final response's"({ apiKey }) {
+    const s = await connect({ apiKey });
+    try {
+      const events = await collect(s.response({ input: "Count to ten, please.", max_output_tokens: 8 }));
+      const last = events[events.length - 1];
+      assert(events[0].type === "response.created", events[0].type);
+      assert(["response.completed", "response.incomplete"].includes(last.type), last.type);
+      assert(events.every((e, i) => e.sequence_number === i), "sequence_number counts up from 0");
+      // reasoning (where the server has a reasoning parser) and answer text, in output order
+      const deltas = new Set(["response.reasoning_text.delta", "response.output_text.delta"]);
+      const text = events.filter((e) => deltas.has(e.type)).map((e) => e.delta).join("");
+      const final = last.response.output.filter((i) => i.type === "message" || i.type === "reasoning")
+        .flatMap((i) => i.content || []).map((p) => p.text).join("");
+      assert(text.length > 0 && text === final, `streamed ${JSON.stringify(text)}, final ${JSON.stringify(final)}`);
+      let refused = null;
+      try { await collect(s.response({})); } catch (err) { refused = err; }
+      assert(refused instanceof TokenwireError && refused.param === "input", `a body without input: ${refused}`);
     } finally { s.close(); }
   },
 
