@@ -17,8 +17,8 @@ from typing import Any
 import orjson
 from hypothesis import strategies as st
 
-FRAME_TYPES = ("session.update", "render", "generate", "derender", "chat", "completion", "messages", "cancel",
-               "ping")
+FRAME_TYPES = ("session.update", "render", "generate", "derender", "chat", "completion", "messages", "response",
+               "cancel", "ping")
 KNOWN_FIELDS = ("type", "event_id", "id", "kind", "body", "session", "resume", "resumable")
 IDS = ("a", "b", "c")  # a small pool, so frames collide: duplicates, cancels of running and finished ids
 
@@ -69,6 +69,23 @@ messages_body = st.builds(lambda msgs, mt: {"messages": msgs, "max_tokens": mt},
                           st.lists(st.fixed_dictionaries({"role": st.sampled_from(["user", "assistant"]),
                                                           "content": st.text(max_size=30)}), max_size=3),
                           st.one_of(st.integers(-1, 4), scalars))
+response_extra = st.fixed_dictionaries({}, optional={
+    "temperature": st.one_of(st.floats(-1, 3), scalars), "top_p": scalars, "store": st.one_of(st.booleans(), scalars),
+    "previous_response_id": st.one_of(st.text(max_size=12), scalars), "include": st.one_of(st.just(
+        ["reasoning.encrypted_content"]), json_values), "tools": json_values, "background": st.booleans(),
+    "instructions": st.one_of(st.text(max_size=20), scalars), "max_output_tokens": st.one_of(st.integers(-1, 4), scalars)})
+response_body = st.builds(lambda inp, extra: {"input": inp, "max_output_tokens": 4, **extra},
+                          st.one_of(st.text(max_size=30), json_values, st.lists(st.fixed_dictionaries({
+                              "role": st.sampled_from(["user", "assistant", "developer", "system", "x"]),
+                              "content": st.one_of(st.text(max_size=30), json_values)}), max_size=3),
+                              st.lists(st.fixed_dictionaries({
+                                  "type": st.sampled_from(["function_call_output", "function_call", "reasoning",
+                                                           "message", "bogus"]),
+                                  "call_id": st.text(max_size=8)}, optional={
+                                  "output": st.text(max_size=8), "name": st.text(max_size=8),
+                                  "arguments": st.text(max_size=8), "encrypted_content": st.text(max_size=20)}),
+                                  max_size=2)),
+                          response_extra)
 generate_body = st.builds(lambda ids, sp: {"token_ids": ids, "sampling_params": {"max_tokens": 4, **sp}},
                           st.one_of(small_ids, json_values), sampling)
 derender_body = st.fixed_dictionaries(
@@ -76,7 +93,8 @@ derender_body = st.fixed_dictionaries(
         lambda ids: {"request_id": "x", "choices": [{"index": 0, "token_ids": ids}]}, small_ids))},
     optional={"stream_state": st.one_of(st.text(max_size=60), st.just("tw1.x.e30.y"), scalars),
               "prompt_token_ids": small_ids, "chat_request": json_values})
-bodies = {"chat": chat_body, "completion": completion_body, "messages": messages_body, "generate": generate_body,
+bodies = {"chat": chat_body, "completion": completion_body, "messages": messages_body, "response": response_body,
+          "generate": generate_body,
           "render": st.one_of(chat_body, completion_body), "derender": derender_body}
 ids = st.one_of(st.sampled_from(IDS), st.text(max_size=140), scalars)
 
