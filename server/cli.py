@@ -14,7 +14,7 @@ import math
 import os
 import socket
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping, MutableMapping, Sequence
 from pathlib import Path
 from typing import NoReturn
 from urllib.parse import urlsplit
@@ -72,7 +72,8 @@ ENGINE_ENVIRONMENT = """
   OMP_WAIT_POLICY                       what torch's OpenMP threads do at a barrier (default under serve:
                                         PASSIVE, they sleep; ACTIVE spins; docs/engine.md, Threads)
   TOKENWIRE_NATIVE_SPIN_US              µs a thread of the native kernels waits awake for the next
-                                        kernel before it sleeps (default 100; 0 sleeps at once)"""
+                                        kernel before it sleeps (default 100 while the thread count
+                                        leaves a CPU free, else 0; 0 sleeps at once)"""
 
 NUM_THREADS_ENV = "TOKENWIRE_NUM_THREADS"
 
@@ -249,6 +250,9 @@ def _add_server_flags(p: argparse.ArgumentParser, *, render: bool) -> None:
                        help="max tokens in one engine step, prefill included (default 2048)")
         p.add_argument("--max-waiting", type=_int_in(0), default=256,
                        help="max queued requests before answering 503 overloaded (default 256)")
+        p.add_argument("--num-threads", type=_int_in(1), default=None, metavar="N",
+                       help="torch threads of the local engine (as TOKENWIRE_NUM_THREADS, which it overrides; "
+                            "default: every usable CPU but one)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -490,12 +494,20 @@ def check_before_loading(args: argparse.Namespace, environ: dict[str, str],
     return bind(args.host, args.port, send_buffer=args.socket_send_buffer, reuse_port=args.workers > 1)
 
 
+def num_threads_to_env(args: argparse.Namespace, environ: MutableMapping[str, str]) -> None:
+    """``serve --num-threads N`` as ``TOKENWIRE_NUM_THREADS=N``, which the local engine and every
+    ``--workers`` process read (engine/local/device.py)."""
+    if args.command == "serve" and args.num_threads is not None:
+        environ[NUM_THREADS_ENV] = str(args.num_threads)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     args = build_parser().parse_args(argv)
     quiet_transformers(progress_bars=args.command == "assets")
     if args.command == "launch":
         keep_torch_out()
+    num_threads_to_env(args, os.environ)
     if args.command == "serve":
         prefer_passive_wait()  # before torch loads: libgomp reads it once (engine/local/omp.py)
     if args.command == "assets":

@@ -57,7 +57,14 @@ def resolve_threads(explicit: int | None = None) -> int:
     it runs again. On the 2-core machine of issue 22 a 2-thread engine fell to under 1 tok/s at
     batch 1 beside one busy process, where a 1-thread engine lost half at most
     (docs/engine-design.md, "Torch threads")."""
-    for value in (explicit, os.environ.get("TOKENWIRE_NUM_THREADS"), os.environ.get("OMP_NUM_THREADS")):
+    return threads_choice(explicit)[0]
+
+
+def threads_choice(explicit: int | None = None) -> tuple[int, str]:
+    """:func:`resolve_threads`'s count and where it came from, for the start-up line."""
+    sources = (("num_threads", explicit), ("TOKENWIRE_NUM_THREADS", os.environ.get("TOKENWIRE_NUM_THREADS")),
+               ("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS")))
+    for name, value in sources:
         if value is None or value == "":
             continue
         try:
@@ -65,8 +72,9 @@ def resolve_threads(explicit: int | None = None) -> int:
         except ValueError:
             continue
         if n > 0:
-            return n
-    return max(1, usable_cpus() - 1)
+            return n, ("--num-threads" if name == "num_threads" else name) + " " + str(n)
+    cpus = usable_cpus()
+    return max(1, cpus - 1), f"default: {cpus} usable CPUs, 1 left to the event loop"
 
 
 def usable_cpus() -> int:

@@ -30,7 +30,7 @@ import torch
 
 from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineUnavailable
 from engine.interface import Engine, EngineHealth, EngineStream
-from engine.local.device import resolve_dtype, resolve_prefix_cache_mb, resolve_threads
+from engine.local.device import resolve_dtype, resolve_prefix_cache_mb, threads_choice
 from engine.local.grammar import Grammars
 from engine.local.omp import wait_policy
 from engine.local.params import ModelLimits, resolve
@@ -64,7 +64,7 @@ class LocalEngine(Engine):
         self.model_name = model_name
         self.max_model_len = max_model_len
         self.dtype, self.dtype_reason = resolve_dtype(dtype)
-        self.num_threads = resolve_threads(num_threads)
+        self.num_threads, self.threads_reason = threads_choice(num_threads)
         self.thread_plan = resolve_plan(thread_plan)  # engine/local/threads.py
         self.max_waiting = max_waiting
         self.outbox_capacity = outbox_capacity
@@ -125,9 +125,10 @@ class LocalEngine(Engine):
                                         name="tokenwire-engine", daemon=True)
         self._thread.start()
         await ready
-        log.info("local engine ready: %s, dtype %s (%s), %d threads (%s; OpenMP wait: %s), max %d sequences",
+        log.info("local engine ready: %s, dtype %s (%s), %d threads (%s; %s; OpenMP wait: %s), max %d sequences",
                  self.model_dir.name, str(self.dtype).removeprefix("torch."), self.dtype_reason,
-                 self.num_threads, self.runner.threads.describe(), wait_policy(), self.scheduler.max_num_seqs)
+                 self.num_threads, self.threads_reason, self.runner.threads.describe(), wait_policy(),
+                 self.scheduler.max_num_seqs)
 
     async def close(self) -> None:
         thread = self._thread

@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from engine.local.device import usable_cpus
 from engine.user_cache import cache_dir
 
 log = logging.getLogger("tokenwire.engine")
@@ -38,7 +39,7 @@ FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenm
 # With the kernels' own threads (native/pool.c) first; where they do not build, one thread.
 VARIANTS = (("threads", ("-pthread",)), ("one thread", ("-DTW_ONE_THREAD",)))
 SPIN_ENV = "TOKENWIRE_NATIVE_SPIN_US"
-DEFAULT_SPIN_US = 100.0  # how long an idle pool thread waits awake for the next kernel
+DEFAULT_SPIN_US = 100.0  # how long an idle pool thread waits awake for the next kernel, with a core to spare
 MAX_GROUP, MAX_DIM = 32, 512  # as the source's limits
 GRAIN = 32768  # elements of K below which one thread does it all (torch's own operators' grain size)
 LINEAR_GRAIN = 1 << 18  # multiply-adds below which one thread does a whole product
@@ -55,7 +56,7 @@ class Library:
         self.path = path
         lib = ctypes.CDLL(str(path))
         self.parallel = bool(lib.tw_pool_parallel())  # built with the pool: work shared among torch's thread count
-        self.spin_us = spin_us()
+        self.spin_us = spin_us(threads=torch.get_num_threads())
         lib.tw_pool_spin.argtypes, lib.tw_pool_spin.restype = [_I], None
         lib.tw_pool_spin(round(self.spin_us * 1000))
         self.attention = NativeAttention(lib, parallel=self.parallel)
@@ -158,21 +159,29 @@ class NativeLinear:
         return out
 
 
-def spin_us(environ: Mapping[str, str] | None = None) -> float:
+def spin_us(environ: Mapping[str, str] | None = None, *, threads: int | None = None,
+            cpus: int | None = None) -> float:
     """``TOKENWIRE_NATIVE_SPIN_US``: how long (µs) an idle pool thread of the native kernels waits
-    awake for the next kernel before it sleeps; :data:`DEFAULT_SPIN_US` when unset, 0 sleeps at
-    once. A value that is not a number from 0 to 1,000,000 is ignored, with a warning."""
+    awake for the next kernel before it sleeps, 0 sleeps at once. Unset: :data:`DEFAULT_SPIN_US`
+    while the engine's ``threads`` leave a CPU of the ``cpus`` this process may use (default: its
+    affinity) to the event loop, else 0: with every CPU a torch thread, a spinning pool thread takes
+    the core the engine thread or the loop needs (docs/engine-design.md, "Where the time goes at 1 and 2 threads").
+    A value that is not a number from 0 to 1,000,000 is ignored, with a warning."""
     text = (os.environ if environ is None else environ).get(SPIN_ENV, "").strip()
+    default = DEFAULT_SPIN_US
+    if threads is not None and threads >= (cpus if cpus is not None else usable_cpus()):
+        default = 0.0
     if not text:
-        return DEFAULT_SPIN_US
+        return default
     try:
         value = float(text)
     except ValueError:
         value = -1.0
     if not 0 <= value <= 1_000_000:
         log.warning("ignoring %s=%r (a number of µs from 0 to 1000000)", SPIN_ENV, text)
-        return DEFAULT_SPIN_US
+        return default
     return value
+
 
 
 def _cpu_identity() -> str:

@@ -39,3 +39,27 @@ def test_the_prefix_cache_budget(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TOKENWIRE_PREFIX_CACHE_MB", "lots")
     assert device.resolve_prefix_cache_mb() == device.DEFAULT_PREFIX_CACHE_MB
     assert device.resolve_prefix_cache_mb(8) == 8
+
+
+def test_the_start_up_line_names_where_the_count_came_from(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert device.threads_choice() == (3, "default: 4 usable CPUs, 1 left to the event loop")
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    assert device.threads_choice() == (2, "OMP_NUM_THREADS 2")
+    monkeypatch.setenv("TOKENWIRE_NUM_THREADS", "4")
+    assert device.threads_choice() == (4, "TOKENWIRE_NUM_THREADS 4")
+    assert device.threads_choice(1) == (1, "--num-threads 1")
+
+
+def test_serve_num_threads_becomes_the_engine_variable(capsys: pytest.CaptureFixture[str]) -> None:
+    from server.cli import build_parser, num_threads_to_env
+
+    environ = {"TOKENWIRE_NUM_THREADS": "1"}
+    num_threads_to_env(build_parser().parse_args(["serve", "--num-threads", "2"]), environ)
+    assert environ == {"TOKENWIRE_NUM_THREADS": "2"}
+    environ = {}
+    num_threads_to_env(build_parser().parse_args(["serve"]), environ)
+    assert environ == {}
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["serve", "--num-threads", "0"])
+    assert "--num-threads" in capsys.readouterr().err

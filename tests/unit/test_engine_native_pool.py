@@ -148,3 +148,15 @@ def test_the_spin_setting_reads_microseconds_and_ignores_nonsense(caplog: pytest
     for bad in ("fast", "-1", "2e6", "nan"):
         assert native.spin_us({native.SPIN_ENV: bad}) == native.DEFAULT_SPIN_US
     assert caplog.text.count(native.SPIN_ENV) == 4
+
+
+def test_the_spin_is_off_by_default_when_every_cpu_is_a_torch_thread() -> None:
+    """With a CPU left over the pool threads spin (DEFAULT_SPIN_US); with none they sleep at once,
+    unless TOKENWIRE_NATIVE_SPIN_US says otherwise (a nonsense value falls back to that default)."""
+    assert native.spin_us({}, threads=1, cpus=2) == native.DEFAULT_SPIN_US
+    assert native.spin_us({}, threads=15, cpus=16) == native.DEFAULT_SPIN_US
+    assert native.spin_us({}, threads=2, cpus=2) == 0
+    assert native.spin_us({}, threads=3, cpus=2) == 0
+    assert native.spin_us({native.SPIN_ENV: "100"}, threads=2, cpus=2) == 100
+    assert native.spin_us({native.SPIN_ENV: "fast"}, threads=2, cpus=2) == 0
+    assert native.spin_us({native.SPIN_ENV: "fast"}, threads=1, cpus=2) == native.DEFAULT_SPIN_US
