@@ -3,7 +3,8 @@
 tests/app/test_responses.py's), through a Starlette TestClient socket. The frames carry exactly the
 events ``POST /v1/responses`` streams (each validated against the ``openai`` SDK's own types), the
 final response equals the HTTP JSON answer, the store chains across transports, session defaults
-apply, cancel aborts the engine request, and bad bodies are error frames naming the field."""
+apply, cancel aborts the engine request, response frames count towards max_in_flight, and bad
+bodies are error frames naming the field."""
 
 from __future__ import annotations
 
@@ -15,8 +16,12 @@ import pytest
 from openai.types.responses import Response
 from starlette.testclient import TestClient
 
+from server.app import create_app
+from server.context import ServerContext, create_engine
+from server.gating import decide
+from server.settings import Mode, Settings
 from tests.app.test_responses import ANSWER, EVENTS, SECRET, WEATHER, front_of, ids_of, shape
-from tests.conftest import tokenizer_of
+from tests.conftest import asset_path, tokenizer_of
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.waiting import wait_until
 
@@ -199,5 +204,30 @@ def test_cancel_aborts_the_engine_request_and_ends_with_done_cancelled(front: Te
         wait_until(lambda: len(engine.aborted) > aborted, "the engine request to be aborted", timeout=10,
                    interval=0.01)
         assert front.get(f"/v1/responses/{rid}").status_code == 404  # left mid-stream: nothing to chain from
+    finally:
+        engine.fault = None
+
+
+def test_response_frames_count_towards_the_sessions_limits(engine: ScriptedEngine) -> None:
+    settings = Settings(mode=Mode.RENDER, model_dir=asset_path("qwen3"), served_model_name="qwen3", environ={},
+                        engine_url=engine.url, tool_call_parser="hermes", enable_auto_tool_choice=True,
+                        reasoning_parser="qwen3", state_secret=SECRET, ws_max_in_flight=1)
+    ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}, has_engine_url=True),
+                        tokenizer=tokenizer_of("qwen3"), max_model_len=4096, engine=create_engine(settings, 4096))
+    engine.fault = "hang_after_one"
+    try:
+        with TestClient(create_app(ctx)) as client, client.websocket_connect("/v1/session") as ws:
+            session = Session(ws)
+            assert session.created["limits"]["max_in_flight"] == 1
+            session.send(type="response", id="a", body={"input": "Weather?"})
+            assert session.next()["type"] == "response.delta"  # a is running
+            session.send(type="chat", id="b", body={"messages": [{"role": "user", "content": "Hi"}]})
+            [refused] = session.frames("b")
+            assert refused["type"] == "error" and refused["error"]["code"] == "too_many_requests"
+            session.send(type="cancel", id="a")
+            assert session.frames("a")[-1]["status"] == "cancelled"
+            engine.fault = None
+            _, status = session.response("c", {"input": "Hi"})  # room again
+            assert status == "completed"
     finally:
         engine.fault = None
