@@ -3,15 +3,16 @@
 (``/inference/v1/generate`` of ``serve --tokens-only`` on both), alternating which side goes first
 in each round; medians of the rounds.
 
-For each thread count ``N`` (``--threads``) both servers run at once, and only the side being
-measured gets requests: tokenwire with ``TOKENWIRE_NUM_THREADS=N``; vLLM with its OpenMP threads
-bound to cores ``0..N-1`` (``VLLM_CPU_OMP_THREADS_BIND``), compiled as it ships, or eager with
+For each thread count ``N`` (``--threads``; default 1 and every CPU this process may use) both
+servers run at once, and only the side being measured gets requests: tokenwire with
+``TOKENWIRE_NUM_THREADS=N``; vLLM with its OpenMP threads bound to cores ``0..N-1``
+(``VLLM_CPU_OMP_THREADS_BIND``), compiled as it ships, or eager with
 ``--vllm-eager`` (tokenwire runs eager); ``--tokenwire-env NAME=VALUE`` sets more of tokenwire's
 environment (e.g. ``GOMP_SPINCOUNT``). Per concurrency ``c``: ``c`` streams of ``--new-tokens``
 tokens, greedy, eos ignored, after one warm-up of the same shape: aggregate tokens/s and the median
 time to first token. Prints one JSON document (also written to ``--out``).
 
-    .venv/bin/python -m bench.engine_vllm --vllm-python PATH [--threads 1 2] [--concurrency 1 8 16] [--rounds 3]
+    .venv/bin/python -m bench.engine_vllm --vllm-python PATH [--threads 1 ALL] [--concurrency 1 8 16] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import statistics
 import sys
 import time
@@ -125,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--vllm-python", required=True, help="a Python interpreter that can import vllm")
     p.add_argument("--model", default=None, help="model directory (default: the embedded SmolLM2-135M-Instruct)")
-    p.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    p.add_argument("--threads", type=int, nargs="+", default=None,
+                   help="thread counts to compare (default: 1 and every CPU this process may use)")
     p.add_argument("--concurrency", type=int, nargs="+", default=[1, 8, 16])
     p.add_argument("--new-tokens", type=int, default=64)
     p.add_argument("--rounds", type=int, default=3)
@@ -141,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     from server.assets import ensure
 
     model = Path(a.model) if a.model else ensure("smollm2-135m-instruct")
-    emit(run(a.vllm_python, model, a.threads, a.concurrency, a.new_tokens, a.rounds, a.vllm_eager, tokenwire_env), a.out)
+    threads = a.threads or sorted({1, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1})
+    emit(run(a.vllm_python, model, threads, a.concurrency, a.new_tokens, a.rounds, a.vllm_eager, tokenwire_env), a.out)
     return 0
 
 
