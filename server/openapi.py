@@ -196,12 +196,17 @@ def _error_ref(route: Route) -> Schema:
     return {"$ref": f"#/components/schemas/{name}"}
 
 
+def openapi_path(route_path: str) -> str:
+    """A route's path as the document names it: a Starlette convertor (``{response_id:response_id}``)
+    is not part of the path."""
+    return re.sub(r"{(\w+):\w+}", r"{\1}", route_path)
+
+
 def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
     paths: dict[str, Any] = {}
     defs: dict[str, Any] = {"Error": _OPENAI_ERROR, "AnthropicError": _ANTHROPIC_ERROR}
     for route in routes:
-        # a path parameter's Starlette convertor (``{response_id:response_id}``) is not part of the path
-        path = re.sub(r"{(\w+):\w+}", r"{\1}", route.path)
+        path = openapi_path(route.path)
         for method in route.methods:
             op: dict[str, Any] = {
                 "summary": route.summary or route.path,

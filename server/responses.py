@@ -173,6 +173,8 @@ class ResponsesService:
         req: GenerateRequest = await _renaming(render_work(self.pipeline.renderer.render_chat, chat,
                                                            json_size(body)))
         req.request_id = prep.id
+        # vLLM's Responses sampling params carry an empty ``extra_args`` (its chat ones none)
+        req.sampling_params.extra_args = req.sampling_params.extra_args or {}
         return req
 
     # --- stored responses ---------------------------------------------------------------------

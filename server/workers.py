@@ -1,30 +1,15 @@
 """``--workers N``: N server processes on one port (``launch render``, ``serve --tokens-only``,
 ``serve --engine-url``), supervised by the process the operator started.
 
-- **The port.** The supervisor binds one socket per worker to the same ``host:port`` with
-  ``SO_REUSEPORT`` (server/listener.py) before any worker starts, and hands each worker its socket;
-  the kernel spreads new connections over the listening ones (by a hash of the client's address and
-  port). It keeps a bound, never-listening socket of its own that holds the port for restarts. A
-  shared accept queue is not used: an asyncio server accepts every pending connection in one go,
-  so under a burst one worker would take them all.
-- **Each worker** is a fresh interpreter (``sys.executable``) running the same command line: its own
-  tokenizer, renderer, engine link (``--engine-url``) or local engine (``--tokens-only``), metrics.
-  It tells the supervisor it is ready over a pipe once it serves, and drains (SIGTERM) when the
-  supervisor's end of its lifeline pipe closes (the supervisor died).
-- **The state secret.** Any worker serves any stream only if all sign with one secret: without
-  ``--state-secret`` (or ``TOKENWIRE_STATE_SECRET``) the supervisor generates one and gives it to
-  every worker, and its start-up line says so.
-- **Metrics.** Each worker answers a local Unix socket in a private folder with its own
-  exposition; ``/metrics`` on any worker reads every worker's and labels each sample
-  ``worker="K"`` (prometheus_client's multiprocess ``all`` style: sum them in PromQL,
-  ``sum without (worker) (...)``).
-- **Failures.** A worker that dies is logged and restarted (after a back-off when it keeps dying
-  young); the others go on serving, and a client resumes its stream on any of them. SIGTERM or
-  SIGINT to the supervisor is passed to every worker, each drains as a single server does
-  (server/shutdown.py), and the supervisor exits 0 when all exited 0; a second signal is passed on
-  too (each worker then quits at once).
+The supervisor binds one ``SO_REUSEPORT`` socket per worker (server/listener.py) and hands each
+worker its own; each worker is a fresh interpreter running the same command line, all signing with
+one state secret (generated when none is given). ``/metrics`` on any worker reads every worker's
+exposition over a private Unix socket and labels each sample ``worker="K"``. A worker that dies is
+restarted; SIGTERM / SIGINT is passed on and each worker drains as a single server does.
 
-Start-up, sizing and what the tests prove: docs/deploy.md, "Several workers on one port"."""
+How it behaves: docs/serve.md, "Several processes on one port"; sizing: docs/deploy.md, "Workers:
+several processes per front end".
+"""
 
 from __future__ import annotations
 

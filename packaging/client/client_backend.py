@@ -34,6 +34,7 @@ MODULES = (
     "session.client_frames",
     "session.protocol",
     "session.protocol.anthropic",
+    "session.protocol.generation_defaults",
     "session.protocol.openai",
     "session.protocol.openai_messages",
     "session.protocol.openai_responses",

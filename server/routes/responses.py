@@ -151,7 +151,7 @@ async def input_tokens(request: Request) -> Response:
 
 async def render(request: Request) -> Response:
     rendered = await responses_of(request).render(await read_json(request))
-    return json_response(rendered.model_dump(mode="json"))
+    return json_response(rendered.to_wire())
 
 
 def routes() -> list[Route]:

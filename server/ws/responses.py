@@ -1,31 +1,11 @@
 """The Responses API's WebSocket mode: ``GET /v1/responses`` upgraded, as OpenAI documents it.
 
-The upgrade is decided as ``/v1/session``'s (``server/ws/upgrade.py``: Host, Origin, the API key
-from ``Authorization: Bearer``), and a refused client gets an HTTP 401 / 403 / 400, never a socket:
-no event is read before the key is checked. The client sends ``response.create`` events (the
-``POST /v1/responses`` body, ``stream`` accepted and ignored, ``background`` refused) and
-``response.steer`` events; the server answers each create with the very events its SSE stream
-carries (one generator: :meth:`server.responses.ResponsesService.open_stream`), one JSON text
-message each, with ``stream_id`` added where the create named a lane.
-
-- Lanes (``stream_id``): responses on different lanes run at once; one response per lane is in
-  flight, and a second ``response.create`` on a busy lane is an ``error`` event
-  (``response_already_in_flight``). At most ``--ws-max-in-flight`` lanes run at once.
-- The connection keeps the latest response of each lane (input, output and the turns before),
-  so ``previous_response_id`` works with ``store: false`` and the next prompt holds that chain
-  token for token; other ids are read from the store (``store: true``).
-- ``generate: false`` renders the input (so its errors show) and answers ``response.created``,
-  ``response.in_progress`` and ``response.completed`` with no output.
-- ``response.steer`` is answered ``response.steer.failed`` (``steering_not_supported``): the engine
-  cannot take input into a running generation.
-- Lifetime (``--responses-ws-max-lifetime``, OpenAI's 60 minutes by default): past it, new creates
-  are refused, the responses in flight may finish, then an ``error`` event
-  ``websocket_connection_limit_reached`` and a close (1001, that reason). ``--ws-idle-timeout``
-  closes a connection with nothing in flight and no message for that long (1001, ``idle timeout``).
-
-Frames leave through the direct writer (``server/ws/transport.py``) where the connection has one,
-else through ASGI; bad input is an ``error`` event naming the field, an internal failure a close
-1011 with a reason. docs/responses.md, "WebSocket mode".
+The upgrade is checked as ``/v1/session``'s (``server/ws/upgrade.py``); the client sends
+``response.create`` (the ``POST /v1/responses`` body) and ``response.steer`` events, and each create
+is answered with the very events its SSE stream carries (one generator:
+:meth:`server.responses.ResponsesService.open_stream`), one JSON text message each. Lanes
+(``stream_id``), the per-connection chain of ``store: false`` responses, ``generate: false``, the
+lifetime and the idle timeout: docs/responses.md, "WebSocket mode".
 """
 
 from __future__ import annotations
