@@ -38,7 +38,9 @@ def _needs_chromium() -> None:
 @pytest.fixture(scope="module")
 def harmony_server(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[ServerProcess]:
     ids = tokenizer(MODEL).encode(SCRIPT, add_special_tokens=False)
-    with ScriptedEngine(ids, step=1) as engine, ServerProcess(
+    # paced as a real engine's steps are: events sent at once reach the front end in one read,
+    # and a session sends what one turn of its loop derendered as one frame
+    with ScriptedEngine(ids, step=1, interval_s=0.02) as engine, ServerProcess(
             ["launch", "render", str(asset(MODEL)), "--engine-url", engine.url, *PARSERS]) as srv:
         yield srv
 

@@ -83,9 +83,11 @@ class EngineDied(Exception):
 
 
 class ScriptedEngine:
-    def __init__(self, token_ids: list[int], *, step: int = 3, fault: str | None = None) -> None:
+    def __init__(self, token_ids: list[int], *, step: int = 3, fault: str | None = None,
+                 interval_s: float = 0.0) -> None:
         self.token_ids = token_ids
         self.step = step
+        self.interval_s = interval_s  # a pause after each chunk, as a real engine's steps are paced
         self.fault = fault
         self.requests: list[dict[str, Any]] = []
         self.aborted: list[str] = []  # engine request ids aborted (HTTP) or cancelled (link)
@@ -160,6 +162,8 @@ class ScriptedEngine:
                     yield b"data: " + orjson.dumps({**chunks[0], "padding": "x" * HUGE}) + b"\n\n"
                 for chunk in chunks:
                     yield b"data: " + orjson.dumps(chunk) + b"\n\n"
+                    if self.interval_s:
+                        await asyncio.sleep(self.interval_s)
                     if fault in ("hang_after_one", "hang_mid_stream"):
                         await asyncio.sleep(3600)
                     if fault == "die_mid_stream":
@@ -220,6 +224,8 @@ class ScriptedEngine:
                 delta = {"type": "generate.delta", "id": frame_id, "chunk": chunk}
                 if k < len(chunks) - 1:
                     await send(delta)
+                    if self.interval_s:
+                        await asyncio.sleep(self.interval_s)
                 else:  # the last delta and the done: one step's batch message
                     await send({"type": "batch", "frames": [delta, {"type": "generate.done", "id": frame_id,
                                                                     "status": "completed", "usage": usage}]})
