@@ -1,5 +1,5 @@
 """client_sdk's ``responses.create`` against the front end of ``launch render --engine-url`` over the
-scripted engine (tests/app/test_responses.py's: qwen3 tokenizer, hermes and qwen3 parsers), served by
+scripted engine (tests/support/responses_front.py's: qwen3 tokenizer, hermes and qwen3 parsers), served by
 uvicorn on a thread: over the session's ``response`` frames and over the HTTP fallback, async and
 sync. Every event the client yields, dumped, validates against the ``openai`` SDK's own types; the
 streamed response equals the non-streaming one and the HTTP JSON answer; a tool round trip chains
@@ -8,14 +8,10 @@ with ``previous_response_id``; a bad body raises naming the field."""
 from __future__ import annotations
 
 import asyncio
-import socket
-import threading
-from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
-import uvicorn
 from openai.types.responses import Response as SdkResponse
 
 import client_sdk
@@ -27,45 +23,14 @@ from client_sdk.response_types import (
     ResponseMessage,
     ResponseTextDeltaEvent,
 )
-from server.app import create_app
-from server.context import ServerContext, create_engine
-from server.gating import decide
-from server.settings import Mode, Settings
-from tests.app.test_responses import ANSWER, EVENTS, SECRET, WEATHER, ids_of, shape
-from tests.conftest import asset_path, tokenizer_of
+from tests.conftest import tokenizer_of
+from tests.support import responses_front
+from tests.support.responses_front import ANSWER, EVENTS, WEATHER, ids_of, shape
 from tests.support.scripted_engine import ScriptedEngine
-from tests.support.waiting import wait_until
 
-THINK_CALL = ("<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n"
-              '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>')
 BODY: dict[str, Any] = {"input": "Weather in Paris?", "tools": [WEATHER]}
 
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[ScriptedEngine]:
-    with ScriptedEngine(ids_of(THINK_CALL), step=2) as scripted:
-        yield scripted
-
-
-@pytest.fixture(scope="module")
-def served(engine: ScriptedEngine) -> Iterator[str]:
-    settings = Settings(mode=Mode.RENDER, model_dir=asset_path("qwen3"), served_model_name="qwen3", environ={},
-                        engine_url=engine.url, tool_call_parser="hermes", enable_auto_tool_choice=True,
-                        reasoning_parser="qwen3", state_secret=SECRET)
-    ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}, has_engine_url=True),
-                        tokenizer=tokenizer_of("qwen3"), max_model_len=4096, engine=create_engine(settings, 4096))
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(ctx), log_level="critical", lifespan="on",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, "the front end to start", timeout=60, interval=0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+engine, served = responses_front.engine, responses_front.served  # the shared fixtures, by name
 
 
 def http_answer(url: str, body: dict[str, Any]) -> dict[str, Any]:

@@ -1,6 +1,6 @@
 """The ``response`` request kind of the ``/v1/session`` protocol, in process: the front end of
 ``launch render --engine-url`` over the scripted engine (qwen3 tokenizer, hermes and qwen3 parsers,
-tests/app/test_responses.py's), through a Starlette TestClient socket. The frames carry exactly the
+tests/support/responses_front.py's), through a Starlette TestClient socket. The frames carry exactly the
 events ``POST /v1/responses`` streams (each validated against the ``openai`` SDK's own types), the
 final response equals the HTTP JSON answer, the store chains across transports, session defaults
 apply, cancel aborts the engine request, response frames count towards max_in_flight, and bad
@@ -17,38 +17,13 @@ from openai.types.responses import Response
 from starlette.testclient import TestClient
 
 from server.app import create_app
-from server.context import ServerContext, create_engine
-from server.gating import decide
-from server.settings import Mode, Settings
-from tests.app.test_responses import ANSWER, EVENTS, SECRET, WEATHER, front_of, ids_of, shape
-from tests.conftest import asset_path, tokenizer_of
+from tests.conftest import tokenizer_of
+from tests.support import responses_front
+from tests.support.responses_front import ANSWER, EVENTS, WEATHER, render_context, shape
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.waiting import wait_until
 
-THINK_CALL = ("<think>\nThe user wants the weather.\n</think>\n\nLet me check.\n<tool_call>\n"
-              '{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call><|im_end|>')
-
-
-@pytest.fixture(scope="module")
-def engine() -> Iterator[ScriptedEngine]:
-    with ScriptedEngine(ids_of(THINK_CALL), step=2) as scripted:
-        yield scripted
-
-
-@pytest.fixture
-def script(engine: ScriptedEngine) -> Iterator[Callable[[str], None]]:
-    before = engine.token_ids
-
-    def set_script(text: str) -> None:
-        engine.token_ids = ids_of(text)
-    yield set_script
-    engine.token_ids = before
-
-
-@pytest.fixture(scope="module")
-def front(engine: ScriptedEngine) -> Iterator[TestClient]:
-    with front_of(engine, SECRET) as client:
-        yield client
+engine, front, script = responses_front.engine, responses_front.front, responses_front.script  # shared fixtures
 
 
 class Session:
@@ -209,11 +184,7 @@ def test_cancel_aborts_the_engine_request_and_ends_with_done_cancelled(front: Te
 
 
 def test_response_frames_count_towards_the_sessions_limits(engine: ScriptedEngine) -> None:
-    settings = Settings(mode=Mode.RENDER, model_dir=asset_path("qwen3"), served_model_name="qwen3", environ={},
-                        engine_url=engine.url, tool_call_parser="hermes", enable_auto_tool_choice=True,
-                        reasoning_parser="qwen3", state_secret=SECRET, ws_max_in_flight=1)
-    ctx = ServerContext(settings=settings, gating=decide(Mode.RENDER, {}, has_engine_url=True),
-                        tokenizer=tokenizer_of("qwen3"), max_model_len=4096, engine=create_engine(settings, 4096))
+    ctx = render_context(engine, ws_max_in_flight=1)
     engine.fault = "hang_after_one"
     try:
         with TestClient(create_app(ctx)) as client, client.websocket_connect("/v1/session") as ws:
