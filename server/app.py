@@ -140,7 +140,8 @@ def create_app(ctx: ServerContext, services: Services | None = None) -> Starlett
         if ctx.engine is not None:
             await ctx.engine.start()
         try:
-            yield
+            async with services.responses.background.serving():  # background responses' tasks
+                yield
         finally:
             if ctx.engine is not None:
                 await ctx.engine.close()

@@ -135,8 +135,8 @@ def _generate_stream_response(s: Schema) -> None:
 def _responses_request(s: Schema) -> None:
     # session.protocol.responses: refused values, and the input list needs an item
     _prop(s, "input", _non_empty)
-    _prop(s, "background", lambda p: {"anyOf": [{"const": False}, {"type": "null"}], "default": False,
-                                      "description": "Background responses are not supported."})
+    _prop(s, "background", lambda p: {**p, "description": "Run the response in the background (needs store: "
+                                      "true; HTTP only)."})
     _prop(s, "conversation", _only_null("Not supported: chain responses with previous_response_id."))
     _prop(s, "prompt", _only_null("Prompt templates are not supported."))
     _prop(s, "include", lambda p: {"anyOf": [{"type": "array", "items": {"enum": list(INCLUDE_VALUES)}},

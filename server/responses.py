@@ -28,6 +28,7 @@ from server.errors import ApiError, to_api_error
 from server.http import validate
 from server.pipeline import Pipeline
 from server.render_work import json_size, render_work
+from server.responses_background import BackgroundRuns, not_resumable
 from server.responses_store import MemoryStore, ResponseStore, StoreUnavailable
 from session.errors import InvalidRequest, SessionError, StateError
 from session.protocol.openai import ChatCompletionRequest
@@ -48,6 +49,10 @@ log = logging.getLogger("tokenwire.responses")
 
 RENDER_PREVIOUS = "previous_response_id is not supported by the stateless render endpoint."  # vLLM 0.32's
 CANCEL_DONE = "Cannot cancel a synchronous response."  # vLLM 0.32's, for a response that is not running
+BACKGROUND_ONLY_HTTP = ("background responses are not supported on this transport: they run over HTTP "
+                        "(POST /v1/responses with background: true, resumed with GET /v1/responses/{id}"
+                        "?stream=true). Send the request without `background`.")
+SHUT_DOWN = "The server shut down before this background response ended."
 _REASONING_STREAM = "responses.reasoning"  # what a sealed reasoning text is bound to
 
 
@@ -83,20 +88,39 @@ class _Prepared:
 
 
 class ResponsesService:
-    def __init__(self, pipeline: Pipeline, codec: StateCodec, store: ResponseStore | None = None) -> None:
+    def __init__(self, pipeline: Pipeline, codec: StateCodec, store: ResponseStore | None = None, *,
+                 background: BackgroundRuns | None = None) -> None:
         self.pipeline = pipeline
         self.codec = codec
         self.store: ResponseStore = store if store is not None else MemoryStore()
+        self.background = background if background is not None else BackgroundRuns()
         self._binding = StateBinding(_REASONING_STREAM, 0, context_digest(_REASONING_STREAM,
                                                                           pipeline.ctx.model_name))
         self._running: dict[str, anyio.CancelScope | ResponseStream] = {}  # stored responses in flight here
         self._deleted: set[str] = set()  # deleted while in flight: not stored again when they end
 
+    def over_store(self, store: ResponseStore) -> ResponsesService:
+        """This service reading and writing through ``store`` (a WebSocket connection's): the same
+        pipeline, codec and events, and the same running responses, so ``cancel`` and ``DELETE``
+        reach a stored response running through either."""
+        other = ResponsesService(self.pipeline, self.codec, store=store, background=self.background)
+        other._running = self._running
+        other._deleted = self._deleted
+        return other
+
+    def record(self, prep: _Prepared, response: dict[str, Any]) -> dict[str, Any]:
+        """The stored record of ``prep``'s response: the response, its input items (with ids) and
+        the items of the turns before it."""
+        return {"response": response, "input": _with_ids(input_items(prep.req)), "history": prep.history}
+
     # --- requests -----------------------------------------------------------------------------
-    async def prepare(self, body: dict[str, Any], *, stream: bool | None = None,
-                      stateless: bool = False) -> _Prepared:
-        """Validate, read the earlier turns and convert to the chat request (nothing rendered yet)."""
+    async def prepare(self, body: dict[str, Any], *, stream: bool | None = None, stateless: bool = False,
+                      background: bool = False) -> _Prepared:
+        """Validate, read the earlier turns and convert to the chat request (nothing rendered yet);
+        ``background: true`` is refused unless ``background`` says the caller runs it."""
         req = validate(ResponsesRequest, body)
+        if req.background and not background and not stateless:
+            raise ApiError(400, BACKGROUND_ONLY_HTTP, param="background", error_type="invalid_request_error")
         if stream is not None:
             req.stream = stream
         history: list[dict[str, Any]] = []
@@ -152,12 +176,44 @@ class ResponsesService:
             await self._save(prep, response)
         return response
 
-    async def open_stream(self, body: dict[str, Any]) -> ResponseStream:
+    async def open_stream(self, body: dict[str, Any], *, background: bool = False) -> ResponseStream:
         """Validate, render and admit (errors raise here, before any event); the stream's
         :meth:`ResponseStream.events` are the Responses events."""
-        prep = await self.prepare(body, stream=True)
+        prep = await self.prepare(body, stream=True, background=background)
         stream = await _renaming(self.pipeline.open_stream("chat", prep.chat.body))
         return ResponseStream(self, prep, stream)
+
+    async def start_background(self, body: dict[str, Any], client: str) -> ResponseStream:
+        """A ``background: true`` request: validated, rendered and admitted here (errors raise
+        before anything runs), stored ``in_progress``, then generated in a server task
+        (``server.responses_background``) whatever becomes of this request; read its events with
+        :meth:`resume`."""
+        self.background.check(client)
+        stream = await self.open_stream(body, background=True)
+        try:
+            await stream.register()
+            self.background.start(stream.id, client, stream.events)
+        except BaseException:
+            self._running.pop(stream.id, None)
+            with anyio.CancelScope(shield=True):
+                await stream.stream.aclose()
+                await self.store.delete(stream.id)
+            raise
+        return stream
+
+    async def resume(self, response_id: str, after: int | None) -> AsyncIterator[bytes]:
+        """``GET /v1/responses/{id}?stream=true``: the SSE events of a background response after
+        sequence number ``after`` (all of them for ``None``), replayed then live, to its terminal
+        event. A response whose log this front end does not hold is a 4xx that says why."""
+        event_log = self.background.log_of(response_id)
+        if event_log is None:
+            record = await self.store.get(response_id)
+            if record is None:
+                raise not_found(response_id)
+            raise not_resumable(response_id, record["response"], self.background.keep_s)
+        if after is not None:
+            event_log.check_after(after)
+        return event_log.after(-1 if after is None else after)
 
     async def input_tokens(self, body: dict[str, Any]) -> int:
         """``POST /v1/responses/input_tokens``: the prompt length the request renders to."""
@@ -169,12 +225,17 @@ class ResponsesService:
     async def render(self, body: dict[str, Any]) -> GenerateRequest:
         """``POST /v1/responses/render``: the engine request, as vLLM 0.32's render server gives it."""
         prep = await self.prepare(body, stateless=True)
-        chat = validate(ChatCompletionRequest, prep.chat.body)
-        req: GenerateRequest = await _renaming(render_work(self.pipeline.renderer.render_chat, chat,
-                                                           json_size(body)))
+        req = await self.render_prepared(prep, json_size(body))
         req.request_id = prep.id
         # vLLM's Responses sampling params carry an empty ``extra_args`` (its chat ones none)
         req.sampling_params.extra_args = req.sampling_params.extra_args or {}
+        return req
+
+    async def render_prepared(self, prep: _Prepared, size: int) -> GenerateRequest:
+        """The engine request of a prepared request (rendered as for generation, the context-length
+        check included; ``size``: its body's bytes, which decide where the render runs)."""
+        chat = validate(ChatCompletionRequest, prep.chat.body)
+        req: GenerateRequest = await _renaming(render_work(self.pipeline.renderer.render_chat, chat, size))
         return req
 
     # --- stored responses ---------------------------------------------------------------------
@@ -190,6 +251,7 @@ class ResponsesService:
         if running is not None:
             self._deleted.add(response_id)
             running.cancel()
+        self.background.forget(response_id)
         if not await self.store.delete(response_id):
             raise not_found(response_id)
         return {"id": response_id, "object": "response.deleted", "deleted": True}
@@ -240,8 +302,7 @@ class ResponsesService:
                 self._deleted.discard(prep.id)
             return
         try:
-            await self.store.put(prep.id, {"response": response, "input": _with_ids(input_items(prep.req)),
-                                           "history": prep.history})
+            await self.store.put(prep.id, self.record(prep, response))
         except StoreUnavailable as exc:
             log.warning("response %s not stored: %s", prep.id, exc.message)
 
@@ -288,6 +349,7 @@ class ResponseStream:
         self.stream = stream
         self.id = prep.id
         self._cancelled = False
+        self._registered = False
         self._wait: anyio.CancelScope | None = None  # around the wait for the next chunk, while it waits
         self.events_out = ResponseEvents(prep.shape, response_id=prep.id, created_at=prep.created,
                                          names=prep.chat.names, seal=service._sealer(prep.req))
@@ -297,12 +359,18 @@ class ResponseStream:
         if self._wait is not None:
             self._wait.cancel()  # (a scope already left ignores it)
 
+    async def register(self) -> None:
+        """List it with the responses running here and store it ``in_progress`` (a stored one;
+        :meth:`events` does it when it starts, if not done before)."""
+        if self.prep.req.store is not False and not self._registered:
+            self._registered = True
+            self.service._running[self.id] = self
+            await self.service._save(self.prep, self.events_out.response("in_progress"))
+
     async def events(self) -> AsyncIterator[dict[str, Any]]:
         svc, rs, prep = self.service, self.events_out, self.prep
         stored = prep.req.store is not False
-        if stored:
-            svc._running[prep.id] = self
-            await svc._save(prep, rs.response("in_progress"))
+        await self.register()
         chunks = self.stream.events()
         prompt = completion = 0
         finished = False
@@ -346,6 +414,9 @@ class ResponseStream:
                 with anyio.CancelScope(shield=True):
                     if finished:
                         await svc._save(prep, rs.final or rs.response("completed"))
+                    elif prep.req.background:  # only the server ends a background response early
+                        await svc._save(prep, rs.response("failed", error={"code": "server_error",
+                                                                           "message": SHUT_DOWN}))
                     else:  # the client left mid-stream: nothing to chain from
                         await svc.store.delete(prep.id)
 

@@ -28,6 +28,7 @@ from server.generation_config import load_generation_defaults, log_generation_de
 from server.limits import Limiter
 from server.pipeline import Pipeline
 from server.responses import ResponsesService
+from server.responses_background import BackgroundRuns
 from server.responses_store import store_from
 from server.routing import Route
 from server.settings import package_version
@@ -71,11 +72,13 @@ def build_services(ctx: ServerContext) -> Services:
     derender = build_derender_service(ctx, codec) if serves_derender else None
     pipeline = Pipeline(ctx, renderer, codec, warn_random_secret=not serves_derender)
     s = ctx.settings
-    responses = ResponsesService(pipeline, codec, store_from(s.responses_store))
+    drain = Drain()
+    background = BackgroundRuns(drain, max_per_client=s.max_concurrent_requests)
+    responses = ResponsesService(pipeline, codec, store_from(s.responses_store), background=background)
     return Services(renderer=renderer, codec=codec, derender=derender, pipeline=pipeline,
                     stages=PipelineStages(pipeline, derender, responses), session=session_config(ctx),
                     limiter=Limiter(rate_per_minute=s.rate_limit, max_concurrent=s.max_concurrent_requests),
-                    drain=Drain(), responses=responses)
+                    drain=drain, responses=responses)
 
 
 def build_renderer(ctx: ServerContext) -> Renderer:

@@ -21,8 +21,10 @@ from engine.protocol import GenerateRequest
 from server.errors import ApiError
 from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
+from server.limits import client_key, key_of
 from server.responses import ResponseStream, responses_of
 from server.routing import Route
+from server.services import ctx_of
 from server.sse import sse
 from session.protocol.responses import ResponsesRequest
 
@@ -97,6 +99,8 @@ class InputTokenCount(BaseModel):
 async def create(request: Request) -> Response:
     service = responses_of(request)
     body = await read_json(request)
+    if body.get("background") is True:
+        return await _background(request, body)
     if not body.get("stream"):
         answer = await until_disconnect(request, service.create(body))
         if answer is GONE:  # the client left: its engine request was aborted on the way out
@@ -116,6 +120,44 @@ async def _sse(stream: ResponseStream) -> AsyncIterator[bytes]:
         await events.aclose()  # type: ignore[attr-defined]
 
 
+async def _background(request: Request, body: dict[str, Any]) -> Response:
+    """``background: true``: the response runs in a server task whatever becomes of this request;
+    the answer is the response object (``in_progress``), or with ``stream`` its events, read from
+    the response's event log (a client that leaves only stops reading)."""
+    service = responses_of(request)
+    stream = await service.start_background(body, _client(request))
+    if not body.get("stream"):
+        return json_response(stream.events_out.response("in_progress"))
+    events = await service.resume(stream.id, None)
+    return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
+
+
+def _client(request: Request) -> str:
+    """The client a background response is counted against (as ``LimitMiddleware`` counts it)."""
+    scope = request.scope
+    if ctx_of(request).settings.api_keys:
+        return client_key(dict(scope["headers"]), scope.get("client"))
+    return key_of(None, scope.get("client"))
+
+
+def _starting_after(request: Request) -> int | None:
+    raw = request.query_params.get("starting_after")
+    if raw is None:
+        return None
+    if not raw.isdigit() or len(raw) > 18:
+        raise ApiError(400, f"starting_after must be a sequence number (an integer from 0), got {raw[:20]!r}",
+                       param="starting_after", error_type="invalid_request_error")
+    return int(raw)
+
+
+def _wants_stream(request: Request) -> bool:
+    raw = request.query_params.get("stream", "false").lower()
+    if raw not in ("true", "false", "1", "0"):
+        raise ApiError(400, f"stream must be true or false, got {raw[:20]!r}", param="stream",
+                       error_type="invalid_request_error")
+    return raw in ("true", "1")
+
+
 def _response_id(request: Request) -> str:
     return str(request.path_params["response_id"])
 
@@ -124,6 +166,10 @@ async def retrieve_or_delete(request: Request) -> Response:
     service = responses_of(request)
     if request.method == "DELETE":
         return json_response(await service.delete(_response_id(request)))
+    after = _starting_after(request)
+    if _wants_stream(request):  # a background response's events after `starting_after`
+        events = await service.resume(_response_id(request), after)
+        return StreamingResponse(events, media_type="text/event-stream", headers=SSE_HEADERS)
     return json_response(await service.get(_response_id(request)))
 
 
@@ -164,8 +210,9 @@ def routes() -> list[Route]:
               summary="OpenAI responses.input_tokens.count: the prompt tokens the request renders to",
               request_model=ResponsesRequest, response_model=InputTokenCount, tags=tags),
         Route(f"/v1/responses/{ID}", retrieve_or_delete, g, methods=("GET", "DELETE"),
-              summary="A stored response (GET), or delete it (DELETE)", response_model=ResponseObject | ResponseDeleted,
-              tags=tags),
+              summary="A stored response (GET; with stream=true and starting_after, a background response's "
+                      "events as SSE), or delete it (DELETE)", response_model=ResponseObject | ResponseDeleted,
+              streams=True, tags=tags),
         Route(f"/v1/responses/{ID}/cancel", cancel, g, summary="Cancel a stored response still running",
               response_model=ResponseObject, tags=tags),
         Route(f"/v1/responses/{ID}/input_items", input_items, g, methods=("GET",),

@@ -24,10 +24,9 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from server import metrics
 from server.errors import ApiError, openai_error_body, to_api_error
-from server.http import validate
 from server.limits import Limiter, admitted, key_of
-from server.render_work import json_size, render_work
-from server.responses import ResponsesService, _renaming, _with_ids, responses_of
+from server.render_work import json_size
+from server.responses import ResponsesService, responses_of
 from server.responses_store import ResponseStore
 from server.services import ctx_of, services_of
 from server.shutdown import Drain
@@ -35,8 +34,6 @@ from server.ws.connection import THREAD_DECODE_CHARS
 from server.ws.endpoint import decide_upgrade, refuse
 from server.ws.transport import FrameWriter, frame_writer
 from server.ws.upgrade import Refused
-from session.protocol.openai import ChatCompletionRequest
-from session.responses.convert import input_items
 from session.responses.events import ResponseEvents, usage_of
 
 log = logging.getLogger("tokenwire.ws")
@@ -149,9 +146,7 @@ class ResponsesConnection:
         # The service over this connection's store: the same pipeline, codec and events as HTTP;
         # the responses it runs are listed with the process's, so POST /v1/responses/{id}/cancel
         # (and DELETE) reach a stored one streaming here.
-        self.service = ResponsesService(shared.pipeline, shared.codec, store=self.store)
-        self.service._running = shared._running
-        self.service._deleted = shared._deleted  # a DELETE while it runs here keeps it unstored
+        self.service = shared.over_store(self.store)
         self.drain = drain or Drain()
         self.limits = limits or (Limiter(), "")
         self.max_in_flight = max_in_flight
@@ -313,20 +308,18 @@ class ResponsesConnection:
             await events.aclose()  # type: ignore[attr-defined]
         final = stream.events_out.final
         if final is not None and final["status"] in ("completed", "incomplete"):
-            prep = stream.prep
-            self.store.remember(lane, stream.id, {"response": final, "input": _with_ids(input_items(prep.req)),
-                                                  "history": prep.history})
+            self.store.remember(lane, stream.id, self.service.record(stream.prep, final))
 
     async def _warm_up(self, lane: str | None, body: dict[str, Any]) -> None:
         """``generate: false``: the input validated and rendered, a response with no output."""
         svc = self.service
         prep = await svc.prepare(body, stream=True)
-        chat = validate(ChatCompletionRequest, prep.chat.body)
         # rendered as for generation (the context-length check included), then not generated
-        rendered = await _renaming(render_work(svc.pipeline.renderer.render_chat, chat, json_size(body)))
+        rendered = await svc.render_prepared(prep, json_size(body))
         rs = ResponseEvents(prep.shape, response_id=prep.id, created_at=prep.created, names=prep.chat.names)
         events = [*rs.start(), *rs.finish(usage_of(len(rendered.token_ids), 0, 0))]
-        record = {"response": rs.final, "input": _with_ids(input_items(prep.req)), "history": prep.history}
+        assert rs.final is not None
+        record = svc.record(prep, rs.final)
         if prep.req.store is not False:
             await svc.store.put(prep.id, record)
         self.store.remember(lane, prep.id, record)

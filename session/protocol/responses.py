@@ -18,6 +18,7 @@ from pydantic import (
     Discriminator,
     Field,
     Tag,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -335,11 +336,9 @@ class ResponsesRequest(_Open):
 
     @field_validator("background")
     @classmethod
-    def _no_background(cls, value: bool | None) -> bool | None:
-        if value:
-            raise fail("background responses are not supported by this server: nothing here keeps running a "
-                       "response after its request ends. Send the request without `background` (stream it to "
-                       "see it progress).")
+    def _background_is_stored(cls, value: bool | None, info: ValidationInfo) -> bool | None:
+        if value and info.data.get("store") is False:  # declared before: validated first
+            raise fail("background can only be used when `store` is true")  # vLLM 0.32's message
         return value
 
     @field_validator("conversation")

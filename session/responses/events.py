@@ -72,7 +72,7 @@ def shape_of(req: Any, *, model: str, tools: list[dict[str, Any]]) -> dict[str, 
         choice = "auto"
     elif not isinstance(choice, str):
         choice = choice.model_dump(mode="json", exclude_none=True)
-    return {"instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
+    return {"background": bool(getattr(req, "background", False)), "instructions": req.instructions, "max_output_tokens": req.max_output_tokens,
             "max_tool_calls": req.max_tool_calls, "metadata": req.metadata or {}, "model": model,
             "parallel_tool_calls": req.parallel_tool_calls is not False,
             "previous_response_id": req.previous_response_id, "prompt_cache_key": req.prompt_cache_key,
