@@ -143,7 +143,9 @@ def test_starting_needs_the_server_s_task_group_and_respects_the_bounds() -> Non
             statuses = [status("addr:1"), status("addr:2")]  # the client's bound, then another client
             runs.start("resp_b", "addr:2", hang)
             statuses.append(status("addr:3"))  # the server's bound
+            await anyio.sleep(0.01)
+            assert runs.drain.in_flight == 2  # the shutdown drain waits for them
             return statuses
 
     assert anyio.run(main) == [429, 200, 503]
-    assert runs.running == 0  # leaving serving() cancelled the runs
+    assert runs.running == 0 and runs.drain.in_flight == 0  # leaving serving() cancelled the runs
