@@ -2,10 +2,11 @@
 process on the tiny qwen3 model (greedy text): a background response polled to its end, and a
 background stream dropped after a few events, resumed with ``responses.retrieve(stream=True,
 starting_after=N)``, giving exactly the rest: sequence numbers continuous, the text of an
-uninterrupted stream."""
+uninterrupted stream; and a background response counted by the shutdown drain."""
 
 from __future__ import annotations
 
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -65,3 +66,23 @@ def test_a_dropped_background_stream_resumes_where_it_left_off(oai: openai.OpenA
     assert rest[-1].type == whole[-1].type and rest[-1].type in ("response.completed", "response.incomplete")
     stored = oai.responses.retrieve(created.response.id)
     assert stored.output_text == text_of(whole)
+
+
+def test_a_background_response_is_work_in_flight_for_the_shutdown_drain(asset: Callable[[str], Path]) -> None:
+    """No request is open at SIGTERM, only a background response: the drain waits for it up to
+    ``--shutdown-timeout``, then ends it as the engine closes, and the process exits 0."""
+    srv = ServerProcess(["serve", asset("tiny-qwen3"), "--dtype", "float32", "--max-model-len", "4096",
+                         "--shutdown-timeout", "1"], startup_timeout=180).start()
+    try:
+        client = openai.OpenAI(base_url=srv.url + "/v1", api_key="none", max_retries=0)
+        first = client.responses.create(model="tiny-qwen3", input="Tell me a long story.", max_output_tokens=3500,
+                                        temperature=0, background=True, extra_body={"ignore_eos": True})
+        assert first.status == "in_progress"
+        srv.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+        assert srv.proc.wait(60) == 0  # type: ignore[union-attr]
+    finally:
+        srv.stop()
+    log = srv.output()
+    assert "draining: 1 request(s) in flight" in log, log[-2000:]
+    assert "shutdown timeout: ending 1 request(s) still in flight" in log, log[-2000:]
+    assert "Traceback" not in log, log[-4000:]
