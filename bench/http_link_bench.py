@@ -5,11 +5,11 @@ One engine, ``tokenwire serve --tokens-only`` (SmolLM2-135M generating, eos igno
 serve``) or the paced engine (bench/paced_engine.py: no model, one token per stream per ``--step-ms``;
 ``--engine paced``, for a machine whose cores cannot also run the model), and two
 ``launch render --engine-url http://…`` front ends in front of it: ``new`` runs this tree, ``old``
-runs this tree with ``engine/remote.py`` of ``--baseline`` (a git revision) put in its place before
-the server imports it, so the two differ by the engine client alone. Per round and stream count,
-each front end streams ``--tokens`` tokens on each of ``c`` SSE chats (``bench.streams_targets``'s
-``_api_streams``: the front end's process CPU around them, less its idle rate, per streamed token);
-the order of the two alternates by round. Reports each round, the medians and ``new / old`` per
+runs this tree with the engine client (engine/remote.py, engine/remote_wire.py) of ``--baseline`` (a
+git revision) put in its place before the server imports it, so the two differ by that client alone.
+Per round and stream count, each front end streams ``--tokens`` tokens on each of ``c`` SSE chats
+(``bench.streams_targets``'s ``_api_streams``: the front end's process CPU around them, less its idle
+rate, per streamed token); the order of the two alternates by round. Reports each round, the medians and ``new / old`` per
 round with its median, and the load average before and after (the machine may be shared).
 
 ``--profile DIR`` runs one more round per front end under cProfile (the event loop's thread) and
@@ -45,12 +45,31 @@ from tests.support.server_proc import ServerProcess
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _swap_preamble(old_remote: Path) -> str:
-    """Python run before the server's CLI: ``engine.remote`` is the baseline's file."""
-    return ("import sys, importlib.util\nsys.modules['torch'] = None\n"
-            f"_spec = importlib.util.spec_from_file_location('engine.remote', {str(old_remote)!r})\n"
-            "_mod = importlib.util.module_from_spec(_spec)\nsys.modules['engine.remote'] = _mod\n"
-            "_spec.loader.exec_module(_mod)\n")
+def _swap_preamble(old_files: dict[str, Path]) -> str:
+    """Python run before the server's CLI: the engine client's modules (``engine.remote`` and, where
+    the baseline has it, ``engine.remote_wire``) are the baseline's files, the wire first."""
+    text = "import sys, importlib.util\nsys.modules['torch'] = None\n"
+    for name in sorted(old_files, key=lambda n: n != "engine.remote_wire"):
+        text += (f"_spec = importlib.util.spec_from_file_location({name!r}, {str(old_files[name])!r})\n"
+                 f"_mod = importlib.util.module_from_spec(_spec)\nsys.modules[{name!r}] = _mod\n"
+                 "_spec.loader.exec_module(_mod)\n")
+    return text
+
+
+def _baseline_files(baseline: str, tmp: Path) -> dict[str, Path]:
+    """The baseline's engine client modules, written under ``tmp``: module name -> file."""
+    files = {}
+    for name in ("engine.remote", "engine.remote_wire"):
+        rel = name.replace(".", "/") + ".py"
+        shown = subprocess.run(["git", "show", f"{baseline}:{rel}"], cwd=ROOT, capture_output=True, text=True)
+        if shown.returncode != 0:
+            if name == "engine.remote":
+                raise SystemExit(f"http_link: {baseline} has no {rel}: {shown.stderr.strip()}")
+            continue  # a baseline from before the wire had its own module
+        path = tmp / (name.rpartition(".")[2] + "_baseline.py")
+        path.write_text(shown.stdout)
+        files[name] = path
+    return files
 
 
 def _profile_preamble(path: Path) -> str:
@@ -89,14 +108,11 @@ def run(baseline: str, levels: list[int], tokens: int, rounds: int, profile: Pat
         engine_kind: str = "serve", step_ms: float = 50.0) -> dict[str, Any]:
     model = ensure("smollm2-135m-instruct")
     raise_fd_limit(8192)
-    old_source = subprocess.run(["git", "show", f"{baseline}:engine/remote.py"], cwd=ROOT, check=True,
-                                capture_output=True, text=True).stdout
     out: dict[str, Any] = {"benchmark": "http_link", "baseline": baseline, "model": model.name,
                            "engine": engine_kind, "engine_step_ms": step_ms if engine_kind == "paced" else None,
                            "tokens_per_stream": tokens, "rounds": rounds, "load_average_before": load_average()}
     with tempfile.TemporaryDirectory() as tmp, ExitStack() as stack:
-        old_remote = Path(tmp) / "remote_baseline.py"
-        old_remote.write_text(old_source)
+        old_remote = _baseline_files(baseline, Path(tmp))
         engine: ServerProcess | PacedEngineProcess
         if engine_kind == "paced":
             engine = stack.enter_context(PacedEngineProcess(model, step_ms=step_ms))

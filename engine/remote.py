@@ -1,21 +1,19 @@
 """``RemoteEngine``: the :class:`~engine.interface.Engine` interface over HTTP to any vLLM-compatible
 tokens-only engine (SSE per step, ``/abort_requests`` on an early close, failures as
-:mod:`engine.errors` values). No torch, no HTTP library: a pool of keep-alive HTTP/1.1 connections,
-each a plain :class:`asyncio.Protocol` (request writer, response-head parser, chunked decoding, SSE
-event splitting). The SSE events every connection brought in one turn of the event loop are parsed
-in one ``orjson`` pass and handed to each request's :class:`~engine.outbox.Outbox`, the push path of
-the engine link (engine/link.py). The requests it makes and the errors it maps: docs/engine.md,
-"The HTTP engine".
+:mod:`engine.errors` values). No torch, no HTTP library: a pool of keep-alive HTTP/1.1 connections
+(engine/remote_wire.py: each a plain :class:`asyncio.Protocol`, the response-head parser, chunked
+decoding, SSE event splitting, the decoding of each request's chunks). The SSE events every
+connection brought in one turn of the event loop are parsed in one ``orjson`` pass and handed to each
+request's :class:`~engine.outbox.Outbox`, the push path of the engine link (engine/link.py). The
+requests it makes and the errors it maps: docs/engine.md, "The HTTP engine".
 """
-
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import logging
-import secrets
 import ssl
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -32,26 +30,20 @@ from engine.errors import (
     EngineUnavailable,
     InvalidGenerateRequest,
 )
-from engine.inbound import Expect, Malformed, protocol_error, safe_param
-from engine.interface import Engine, EngineHealth, EngineOutput, EngineStream
+from engine.inbound import protocol_error, safe_param
+from engine.interface import Engine, EngineHealth, EngineStream
 from engine.outbox import Outbox, OutboxStream
-from engine.protocol import GenerateRequest, UsageInfo
+from engine.protocol import GenerateRequest
+from engine.remote_wire import DONE, END, MAX_ERROR_BODY, Answer, Conn, Stream
 
 log = logging.getLogger("tokenwire.remote")
 
 GENERATE_PATH = "/inference/v1/generate"
 ABORT_PATHS = ("/abort_requests", "/inference/v1/abort_requests")
 MAX_ERROR_MESSAGE = 500
-MAX_ERROR_BODY = 65536  # what is read of an error answer (the rest is cut)
-MAX_HEAD_BYTES = 65536  # a response head (status line and headers) past this is not an HTTP answer
 MAX_IDLE = 64  # keep-alive connections kept open while no request needs them
 
 _E = TypeVar("_E", bound=EngineError)
-_DONE = object()  # the SSE stream's ``data: [DONE]``
-_END = object()  # the response body ended
-
-# the response states of a connection
-_HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _UNTIL_CLOSE, _IDLE = range(8)
 
 
 class RemoteEngine(Engine):
@@ -79,11 +71,11 @@ class RemoteEngine(Engine):
         self.max_connections = max_connections
         self._abort_path: str | None = None
         self._ids = EngineIds()  # the engine request ids (a client's own id never reaches the engine)
-        self._calls: dict[str, _Stream] = {}  # engine id -> the request in flight
-        self._idle: list[_Conn] = []
+        self._calls: dict[str, Stream] = {}  # engine id -> the request in flight
+        self._idle: list[Conn] = []
         self._open = 0  # connections open or opening
         self._waiters: list[asyncio.Future[None]] = []  # requests waiting for room in a full pool
-        self._pending: list[tuple[_Stream, Any]] = []  # SSE events (and ends) not parsed yet
+        self._pending: list[tuple[Stream, Any]] = []  # SSE events (and ends) not parsed yet
         self._flushing = False
         self._tasks: set[asyncio.Task[None]] = set()
         self._watch: asyncio.Task[None] | None = None
@@ -112,12 +104,12 @@ class RemoteEngine(Engine):
 
     # --- the Engine interface --------------------------------------------------------------
     def generate(self, request: GenerateRequest) -> EngineStream:
-        call: list[_Stream] = []
+        call: list[Stream] = []
 
         async def start() -> Outbox:
-            stream = _Stream(self, request)
+            stream = Stream(self, request, self._ids.new())
             call.append(stream)
-            await stream.send()
+            await self._send(stream)
             return stream.outbox
 
         def forget() -> None:
@@ -161,7 +153,7 @@ class RemoteEngine(Engine):
             return head + b"\r\n"
         return head + b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body) + body
 
-    async def _acquire(self) -> _Conn:
+    async def _acquire(self) -> Conn:
         """An idle keep-alive connection, a new one, or (a full pool) the next one freed."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.read_timeout
@@ -191,7 +183,7 @@ class RemoteEngine(Engine):
                 if fut in self._waiters:
                     self._waiters.remove(fut)
 
-    async def _connect(self) -> _Conn:
+    async def _connect(self) -> Conn:
         loop = asyncio.get_running_loop()
         context = None
         if self._tls:
@@ -200,7 +192,7 @@ class RemoteEngine(Engine):
             context = self._ssl
         try:
             _, conn = await asyncio.wait_for(
-                loop.create_connection(lambda: _Conn(self), self._host, self._port, ssl=context,
+                loop.create_connection(lambda: Conn(self), self._host, self._port, ssl=context,
                                        server_hostname=self._host if context else None),
                 self.connect_timeout)
         except TimeoutError:
@@ -210,7 +202,7 @@ class RemoteEngine(Engine):
             raise EngineUnavailable("Cannot reach the remote engine (connection failed).") from None
         return conn
 
-    def _release(self, conn: _Conn) -> None:
+    def release(self, conn: Conn) -> None:
         """A connection whose answer was read to its end: kept for the next request, or closed."""
         if conn.closed:
             return
@@ -220,7 +212,7 @@ class RemoteEngine(Engine):
         self._idle.append(conn)
         self._wake()
 
-    def _lost(self, conn: _Conn) -> None:
+    def connection_closed(self, conn: Conn) -> None:
         self._open -= 1
         with contextlib.suppress(ValueError):
             self._idle.remove(conn)
@@ -254,8 +246,49 @@ class RemoteEngine(Engine):
                 return result
         raise EngineUnavailable("The connection to the remote engine was lost.")
 
+    # --- a generate request: sent, and sent again after a stale keep-alive connection ------------
+    async def _send(self, stream: Stream) -> None:
+        body = stream.request.to_engine_wire()
+        body.update(request_id=stream.wire, stream=True,
+                    stream_options={**(body.get("stream_options") or {}), "include_usage": True})
+        body["sampling_params"]["output_kind"] = 1  # DELTA: each event carries that step's new tokens
+        stream.sent = self._request_bytes("POST", GENERATE_PATH, orjson.dumps(body), accept="text/event-stream")
+        stream.now = asyncio.get_running_loop().time
+        try:
+            conn = await self._acquire()
+        except EngineError as exc:
+            raise self._logged(exc) from None
+        stream.conn = conn
+        stream.heard = stream.now()
+        self._calls[stream.wire] = stream
+        conn.send(stream, stream.sent)
+        self._watching()
+
+    def resend(self, stream: Stream) -> bool:
+        """A reused keep-alive connection the engine had closed before it read the request: send it
+        again on another connection (once more at most)."""
+        if stream.tries >= 2 or stream.outbox.done:
+            return False
+        stream.tries += 1
+        task = asyncio.get_running_loop().create_task(self._resend(stream))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        return True
+
+    async def _resend(self, stream: Stream) -> None:
+        try:
+            conn = await self._acquire()
+        except EngineError as exc:
+            stream.fail(self._logged(exc))
+            return
+        if stream.outbox.done:
+            self.release(conn)
+            return
+        stream.conn = conn
+        conn.send(stream, stream.sent)
+
     # --- SSE events: parsed in one pass per turn of the event loop -----------------------------
-    def _queue(self, stream: _Stream, item: Any) -> None:
+    def queue_event(self, stream: Stream, item: Any) -> None:
         self._pending.append((stream, item))
         if not self._flushing:
             self._flushing = True
@@ -296,12 +329,12 @@ class RemoteEngine(Engine):
                     try:
                         obj = orjson.loads(item)
                     except orjson.JSONDecodeError:
-                        stream.fail(self._garbage("an SSE event that is not JSON"))
+                        stream.fail(self.malformed("an SSE event that is not JSON"))
                         continue
                 stream.event(obj)
-            elif item is _DONE:
+            elif item is DONE:
                 stream.finish()
-            elif item is _END:
+            elif item is END:
                 stream.finish(ended=True)
             else:  # the connection was lost: after the events it brought
                 stream.fail(item[0], abort=True)
@@ -324,7 +357,7 @@ class RemoteEngine(Engine):
             self._watch = asyncio.get_running_loop().create_task(self._watchdog(), name="remote engine timeouts")
 
     # --- errors --------------------------------------------------------------------------------
-    def _status_error(self, status: int, body: bytes) -> EngineError:
+    def status_error(self, status: int, body: bytes) -> EngineError:
         if status in (401, 403):
             return self._logged(key_refused(status, key_sent=bool(self.api_key)))
         # The engine's message is for the operator (it may name internal hosts): logged, never passed on.
@@ -338,12 +371,17 @@ class RemoteEngine(Engine):
             return EngineOverloaded("The remote engine is overloaded; retry later.")
         return EngineUnavailable(f"The remote engine failed (HTTP {status}).")
 
-    def _lost_error(self) -> EngineError:
+    def mid_stream_error(self, obj: dict[str, Any]) -> EngineError:
+        """An error event from the remote mid-stream: its message to the log."""
+        log.warning("remote engine %s failed mid-stream: %r", self.base_url, _error_message(orjson.dumps(obj)))
+        return EngineUnavailable("The remote engine failed mid-stream.")
+
+    def lost_error(self) -> EngineError:
         if self._closing:
             return EngineShutDown("The server is shutting down; retry the request (on another replica).")
         return self._logged(EngineUnavailable("The connection to the remote engine was lost."))
 
-    def _garbage(self, what: str) -> EngineProtocolError:
+    def malformed(self, what: str) -> EngineProtocolError:
         return self._logged(protocol_error(what))
 
     def _logged(self, err: _E) -> _E:
@@ -351,7 +389,7 @@ class RemoteEngine(Engine):
         log.warning("remote engine %s: %s", self.base_url, err.message)
         return err
 
-    def _abort_later(self, wire: str) -> None:
+    def abort_later(self, wire: str) -> None:
         if self._closing:
             return
         task = asyncio.get_running_loop().create_task(self._abort_quietly([wire]))
@@ -377,26 +415,7 @@ class RemoteEngine(Engine):
                     return
 
 
-class _Answer:
-    """What a connection hands the response of one request to."""
-
-    __slots__ = ()
-
-    def head(self, conn: _Conn, status: int, ctype: bytes) -> None: ...
-
-    def body(self, data: bytes) -> None: ...
-
-    def end(self) -> None: ...
-
-    def lost(self, error: EngineError) -> None: ...
-
-    def retry(self) -> bool:
-        """The connection was a reused one, closed before any of the answer came: True if the
-        request is sent again elsewhere."""
-        return False
-
-
-class _Plain(_Answer):
+class _Plain(Answer):
     """A short answer (health, aborts): its status and body, up to MAX_ERROR_BODY bytes (None:
     send it again, the connection was stale)."""
 
@@ -407,7 +426,7 @@ class _Plain(_Answer):
         self.status = 0
         self.data = bytearray()
 
-    def head(self, conn: _Conn, status: int, ctype: bytes) -> None:
+    def head(self, conn: Conn, status: int, ctype: bytes) -> None:
         self.status = status
 
     def body(self, data: bytes) -> None:
@@ -426,474 +445,6 @@ class _Plain(_Answer):
         if not self.result.done():
             self.result.set_result(None)
         return True
-
-
-class _Stream(_Answer):
-    """One generate request: its connection, what it may receive and what it has received."""
-
-    __slots__ = ("buf", "completion", "conn", "ctype", "engine", "expect", "heard", "held", "limit", "mode", "n",
-                 "names", "now", "outbox", "prompt_tokens", "request", "request_id", "sent", "status", "tries", "wire")
-
-    def __init__(self, engine: RemoteEngine, request: GenerateRequest) -> None:
-        self.engine = engine
-        self.request = request
-        self.request_id = request.request_id or secrets.token_hex(8)  # this front end's id: the outputs carry it
-        self.wire = engine._ids.new()  # the engine's id for it (engine/access.py)
-        self.names = ("generate-tokens-" + self.wire, self.wire)  # what its chunks may call it
-        self.n = request.sampling_params.n
-        self.expect = Expect(request, max_model_len=engine.max_model_len, vocab_size=engine.vocab_size)
-        self.limit = self.expect.message_bytes()
-        self.outbox = Outbox()
-        self.conn: _Conn | None = None
-        self.buf = bytearray()
-        self.mode = 0  # 0: no head yet; 1: SSE; 2: a JSON answer; 3: an error answer
-        self.status = 0
-        self.ctype = b""
-        self.held: EngineOutput | None = None  # the output that finished every choice, until the usage
-        self.completion = 0
-        self.prompt_tokens: int | None = None
-        self.heard = 0.0
-        self.now: Callable[[], float] = time_of_loop
-        self.sent = b""  # the request's bytes, until its answer's head (a stale keep-alive connection: sent again)
-        self.tries = 0
-
-    async def send(self) -> None:
-        engine = self.engine
-        body = self.request.to_engine_wire()
-        body.update(request_id=self.wire, stream=True,
-                    stream_options={**(body.get("stream_options") or {}), "include_usage": True})
-        body["sampling_params"]["output_kind"] = 1  # DELTA: each event carries that step's new tokens
-        self.sent = engine._request_bytes("POST", GENERATE_PATH, orjson.dumps(body), accept="text/event-stream")
-        self.now = asyncio.get_running_loop().time
-        try:
-            conn = await engine._acquire()
-        except EngineError as exc:
-            raise engine._logged(exc) from None
-        self.conn = conn
-        self.heard = self.now()
-        engine._calls[self.wire] = self
-        conn.send(self, self.sent)
-        engine._watching()
-
-    def retry(self) -> bool:
-        """A reused keep-alive connection the engine had closed before it read the request: send it
-        again on another connection (once more at most)."""
-        if self.tries >= 2 or self.outbox.done:
-            return False
-        self.tries += 1
-        task = asyncio.get_running_loop().create_task(self._resend())
-        self.engine._tasks.add(task)
-        task.add_done_callback(self.engine._tasks.discard)
-        return True
-
-    async def _resend(self) -> None:
-        engine = self.engine
-        try:
-            conn = await engine._acquire()
-        except EngineError as exc:
-            self.fail(engine._logged(exc))
-            return
-        if self.outbox.done:
-            engine._release(conn)
-            return
-        self.conn = conn
-        conn.send(self, self.sent)
-
-    # --- what the connection hands over ---------------------------------------------------------
-    def head(self, conn: _Conn, status: int, ctype: bytes) -> None:
-        self.status = status
-        self.heard = self.now()
-        self.sent = b""
-        if status != 200:
-            self.mode = 3
-        elif b"text/event-stream" in ctype:
-            self.mode = 1
-        else:
-            self.mode = 2
-
-    def body(self, data: bytes) -> None:
-        if self.outbox.done:
-            return
-        if self.mode != 1:
-            self.buf += data
-            self.heard = self.now()
-            if self.mode == 2 and len(self.buf) > self.limit:
-                self.fail(self.engine._garbage("an answer larger than the request may receive"), abort=True)
-            elif self.mode == 3 and len(self.buf) > MAX_ERROR_BODY:
-                del self.buf[MAX_ERROR_BODY:]
-            return
-        buf = self.buf
-        buf += data
-        if b"\r" in buf:
-            buf[:] = buf.replace(b"\r\n", b"\n")
-        end = buf.rfind(b"\n\n")
-        if end < 0:
-            if len(buf) > self.limit:
-                self.fail(self.engine._garbage("an SSE event larger than the request may receive"), abort=True)
-            return
-        blocks = bytes(buf[:end]).split(b"\n\n")
-        del buf[:end + 2]
-        queue = self.engine._queue
-        for block in blocks:
-            if block.startswith(b"data: ") and b"\n" not in block:
-                value = block[6:]
-            else:
-                found = _sse_data(block)
-                if found is None:  # a comment or keepalive: no progress
-                    continue
-                value = found
-            if len(value) > self.limit:
-                self.fail(self.engine._garbage("an SSE event larger than the request may receive"), abort=True)
-                return
-            queue(self, _DONE if value == b"[DONE]" else value)
-        if len(buf) > self.limit:
-            self.fail(self.engine._garbage("an SSE event larger than the request may receive"), abort=True)
-
-    def end(self) -> None:
-        if self.outbox.done:
-            return
-        engine = self.engine
-        if self.mode == 3:
-            self.fail(engine._status_error(self.status, bytes(self.buf)))
-        elif self.mode == 2:
-            self._from_json(bytes(self.buf))
-        else:
-            rest = bytes(self.buf).strip()
-            if rest:  # a last event without its blank line
-                value = _sse_data(rest)
-                if value is not None:
-                    engine._queue(self, _DONE if value == b"[DONE]" else value)
-            engine._queue(self, _END)
-
-    def lost(self, error: EngineError) -> None:
-        if self.mode == 1:
-            self.engine._queue(self, (error,))  # after the events it brought before it went
-        else:
-            self.fail(error, abort=self.mode != 0)
-
-    # --- decoding ------------------------------------------------------------------------------
-    def event(self, obj: Any) -> None:
-        if self.outbox.done:
-            return
-        engine = self.engine
-        if type(obj) is not dict or ("choices" not in obj and "error" not in obj):
-            self.fail(engine._garbage("an SSE event that is not a generate stream chunk"), abort=True)
-            return
-        if "error" in obj and "choices" not in obj:  # an error event from the remote
-            log.warning("remote engine %s failed mid-stream: %r", engine.base_url,
-                        _error_message(orjson.dumps(obj)))
-            self.fail(EngineUnavailable("The remote engine failed mid-stream."), abort=True)
-            return
-        self.heard = self.now()
-        try:
-            choices = self.expect.choices((_modern_logprobs(obj) if self.expect.logprobs is not None
-                                           else obj)["choices"])
-            raw_usage = obj.get("usage")
-            usage = None if raw_usage is None else self.expect.usage(raw_usage)
-        except Malformed as exc:
-            self.fail(engine._garbage(str(exc)), abort=True)
-            return
-        if usage is not None and not choices:
-            self.prompt_tokens = usage.prompt_tokens
-            if self.held is not None:
-                self.held.usage = usage
-            return
-        out = EngineOutput(self.request_id, choices)
-        for c in choices:
-            self.completion += len(c.token_ids)
-        if len(self.expect.finished) >= self.n:
-            if self.held is None:
-                self.held = out
-                out.usage = usage
-            else:
-                self.held.choices += choices
-            return
-        self.outbox.push(out)
-
-    def finish(self, *, ended: bool = False) -> None:
-        """``[DONE]``, or the end of the body: the held output goes out as the last one."""
-        if self.outbox.done:
-            return
-        held = self.held
-        if held is None:
-            if ended:
-                self.fail(EngineUnavailable("The remote engine ended the stream before the request finished."),
-                          abort=True)
-            return
-        held.finished = True
-        if held.usage is None:
-            held.usage = UsageInfo.of(self.prompt_tokens or 0, self.completion)
-        self.outbox.push(held)
-
-    def _from_json(self, body: bytes) -> None:
-        try:
-            obj = orjson.loads(body)
-        except orjson.JSONDecodeError:
-            obj = None
-        if not isinstance(obj, dict) or not isinstance(obj.get("choices"), list):
-            self.fail(self.engine._garbage("a body that is neither an SSE stream nor a generate response"))
-            return
-        try:
-            choices = self.expect.choices(_modern_logprobs(obj)["choices"])
-            usage = self.expect.usage(obj.get("usage"))
-        except Malformed as exc:
-            self.fail(self.engine._garbage(str(exc)))
-            return
-        self.outbox.push(EngineOutput(self.request_id, choices, finished=True,
-                                      usage=usage or UsageInfo.of(0, sum(len(c.token_ids) for c in choices))))
-
-    # --- ending --------------------------------------------------------------------------------
-    def fail(self, error: EngineError, *, abort: bool = False) -> None:
-        """End this request with ``error``; its connection (mid-answer) is closed, and with
-        ``abort`` the engine is told to stop it."""
-        if self.outbox.done:
-            return
-        self.outbox.push(error)
-        self.leave()
-        if abort:
-            self.engine._abort_later(self.wire)
-
-    def leave(self) -> None:
-        """Stop reading this request's answer: a connection mid-answer cannot carry another one."""
-        conn = self.conn
-        if conn is not None and conn.answer is self:
-            conn.drop()
-
-
-def time_of_loop() -> float:
-    return asyncio.get_running_loop().time()
-
-
-def _sse_data(block: bytes) -> bytes | None:
-    """The ``data`` of one server-sent event (multi-line data joined with newlines); None for an
-    event without data (comments, keepalives)."""
-    lines = []
-    for line in block.split(b"\n"):
-        if not line or line.startswith(b":"):
-            continue
-        name, _, value = line.partition(b":")
-        if name == b"data":
-            lines.append(value[1:] if value.startswith(b" ") else value)
-    return b"\n".join(lines) if lines else None
-
-
-class _Conn(asyncio.Protocol):
-    """One keep-alive HTTP/1.1 connection to the engine; one request at a time."""
-
-    def __init__(self, engine: RemoteEngine) -> None:
-        self.engine = engine
-        self.transport: asyncio.Transport | None = None
-        self.answer: _Answer | None = None
-        self.state = _IDLE
-        self.buf = bytearray()
-        self.remaining = 0
-        self.keep = True
-        self.closed = False
-        self.served = 0  # answers read to their end on this connection
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def send(self, answer: _Answer, data: bytes) -> None:
-        self.answer = answer
-        self.state = _HEAD
-        self.buf.clear()
-        if self.closed or self.transport is None:
-            answer.lost(self.engine._lost_error())
-            return
-        self.transport.write(data)
-
-    def drop(self) -> None:
-        """Close now (an answer left unread, a fault, the pool's end)."""
-        self.answer = None
-        if not self.closed and self.transport is not None:
-            self.transport.abort()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        if self.closed:
-            return
-        self.closed = True
-        self.engine._lost(self)
-        answer, self.answer = self.answer, None
-        if answer is None:
-            return
-        if self.state == _UNTIL_CLOSE:
-            answer.end()
-        elif self.state == _HEAD and self.served and not self.buf and answer.retry():
-            return
-        else:
-            answer.lost(self.engine._lost_error())
-
-    def data_received(self, data: bytes) -> None:
-        answer = self.answer
-        if answer is None:  # bytes nobody asked for: this connection is not reused
-            self.drop()
-            return
-        state = self.state
-        if state == _LENGTH and len(data) < self.remaining:  # the common case, no copy
-            self.remaining -= len(data)
-            answer.body(data)
-            return
-        if state == _UNTIL_CLOSE:
-            answer.body(data)
-            return
-        self.buf += data
-        try:
-            self._advance(answer)
-        except Malformed as exc:
-            self.answer = None
-            self.drop()
-            answer.lost(self.engine._garbage(str(exc)))
-
-    def _advance(self, answer: _Answer) -> None:
-        buf = self.buf
-        parts: list[bytes] = []
-        at = 0
-        try:
-            while self.answer is answer:
-                state = self.state
-                if state == _HEAD:
-                    end = buf.find(b"\r\n\r\n", at)
-                    if end < 0:
-                        if len(buf) - at > MAX_HEAD_BYTES:
-                            raise Malformed("a response head larger than 64 KiB")
-                        return
-                    head = bytes(buf[at:end])
-                    at = end + 4
-                    self._head(answer, head)
-                elif state == _LENGTH:
-                    take = min(self.remaining, len(buf) - at)
-                    if take:
-                        parts.append(bytes(buf[at:at + take]))
-                    at += take
-                    self.remaining -= take
-                    if self.remaining:
-                        return
-                    self._complete(answer, parts)
-                    parts = []
-                elif state == _CHUNK_SIZE:
-                    end = buf.find(b"\r\n", at)
-                    if end < 0:
-                        if len(buf) - at > 1024:
-                            raise Malformed("a chunk size line longer than 1 KiB")
-                        return
-                    size_text = bytes(buf[at:end]).partition(b";")[0].strip()
-                    at = end + 2
-                    try:
-                        size = int(size_text, 16)
-                    except ValueError:
-                        raise Malformed("a chunked body with a chunk size that is not hexadecimal") from None
-                    if size < 0:
-                        raise Malformed("a chunked body with a negative chunk size")
-                    if size == 0:
-                        self.state = _TRAILER
-                    else:
-                        self.remaining = size
-                        self.state = _CHUNK_DATA
-                elif state == _CHUNK_DATA:
-                    take = min(self.remaining, len(buf) - at)
-                    if take:
-                        parts.append(bytes(buf[at:at + take]))
-                    at += take
-                    self.remaining -= take
-                    if self.remaining:
-                        return
-                    self.state = _CHUNK_CRLF
-                elif state == _CHUNK_CRLF:
-                    if len(buf) - at < 2:
-                        return
-                    if buf[at:at + 2] != b"\r\n":
-                        raise Malformed("a chunked body whose chunk does not end with CRLF")
-                    at += 2
-                    self.state = _CHUNK_SIZE
-                elif state == _TRAILER:
-                    end = buf.find(b"\r\n", at)
-                    if end < 0:
-                        if len(buf) - at > MAX_HEAD_BYTES:
-                            raise Malformed("a chunked body's trailer larger than 64 KiB")
-                        return
-                    empty = end == at
-                    at = end + 2
-                    if empty:
-                        self._complete(answer, parts)
-                        parts = []
-                else:  # _UNTIL_CLOSE (after a head without length) or _IDLE
-                    if at < len(buf):
-                        if state == _UNTIL_CLOSE:
-                            parts.append(bytes(buf[at:]))
-                            at = len(buf)
-                        else:
-                            raise Malformed("bytes after the end of an answer")
-                    return
-        finally:
-            if parts and self.answer is answer:
-                answer.body(b"".join(parts))
-            del buf[:at]
-
-    def _head(self, answer: _Answer, head: bytes) -> None:
-        lines = head.split(b"\r\n")
-        version, _, rest = lines[0].partition(b" ")
-        code = rest[:3]
-        if not version.startswith(b"HTTP/1.") or not code.isdigit():
-            raise Malformed("an answer that is not HTTP/1.1")
-        status = int(code)
-        if 100 <= status < 200:  # 100 Continue and the like: the real head follows
-            return
-        headers: dict[bytes, bytes] = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(b":")
-            if not sep:
-                raise Malformed("a response header without a colon")
-            key = name.strip().lower()
-            value = value.strip()
-            headers[key] = headers[key] + b"," + value if key in headers else value
-        self.keep = version == b"HTTP/1.1" and b"close" not in headers.get(b"connection", b"").lower()
-        answer.head(self, status, headers.get(b"content-type", b"").lower())
-        if b"chunked" in headers.get(b"transfer-encoding", b"").lower():
-            self.state = _CHUNK_SIZE
-        elif b"content-length" in headers:
-            try:
-                self.remaining = int(headers[b"content-length"])
-            except ValueError:
-                raise Malformed("an answer whose content-length is not a number") from None
-            if self.remaining < 0:
-                raise Malformed("an answer whose content-length is negative")
-            self.state = _LENGTH
-        elif status in (204, 304):
-            self.remaining = 0
-            self.state = _LENGTH
-        else:
-            self.keep = False
-            self.state = _UNTIL_CLOSE
-
-    def _complete(self, answer: _Answer, parts: list[bytes]) -> None:
-        """The answer's body ended: hand the rest and the end over; the connection is free."""
-        if parts:
-            answer.body(b"".join(parts))
-            parts.clear()
-        self.state = _IDLE
-        self.answer = None
-        self.served += 1
-        answer.end()
-        if self.keep:
-            self.engine._release(self)
-        else:
-            self.drop()
-
-
-def _modern_logprobs(obj: Any) -> Any:
-    """Accept older vLLM logprob entries (``"token": "token_id:N"``) as 0.32's integer ``token_id``."""
-    if not isinstance(obj, dict):
-        return obj
-    for choice in obj.get("choices") or ():
-        content = ((choice or {}).get("logprobs") or {}).get("content") if isinstance(choice, dict) else None
-        for entry in content or ():
-            for item in [entry, *(entry.get("top_logprobs") or [])] if isinstance(entry, dict) else ():
-                if isinstance(item, dict) and "token_id" not in item and isinstance(item.get("token"), str):
-                    prefix, _, num = item["token"].partition(":")
-                    if prefix == "token_id" and num.isdigit():
-                        item["token_id"] = int(num)
-    return obj
 
 
 def _error_message(body: bytes) -> str:
