@@ -1,5 +1,6 @@
 """Helpers for the parser tests: run a parser one-shot or over chunks (with its snapshot going
-through JSON and ``restore`` between every feed) and fold the deltas into a final split."""
+through JSON and ``restore`` between every feed), or as the derenderer steps with its shortcuts
+(:func:`skipping`), and fold the deltas into a final split."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolParser
+from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
+from session.parsers.tool.json_stream import is_plain_without
 
 AnyParser = type[ToolParser] | type[ReasoningParser]
 
@@ -65,6 +67,63 @@ def streamed(cls: AnyParser, chunks: Sequence[str], ctx: ParserContext = AUTO) -
         parser = cls.restore(ctx, snapshot)
     deltas.append(parser.finish())
     return fold(deltas)
+
+
+def skipping(tool: ToolParser, chunks: Iterable[str], reasoning: ReasoningParser | None = None,
+             skipped: list[str] | None = None) -> Split:
+    """Feed ``chunks`` as the derenderer steps (session/derender/choice.py ``_route``), through
+    ``reasoning`` (when given) and its content into ``tool``: a chunk the reasoning parser passes on
+    as it is (``passthrough``, or a text without its ``plain_content_guard``) that the tool parser's
+    arguments shortcut covers (``plain_args_call``; JSON-plain, without ``plain_args_guard``, not
+    ending in whitespace where ``plain_args_hold_space``) is that call's arguments, and neither
+    parser is fed; nor is an empty chunk. The chunks skipped so are appended to ``skipped``."""
+    out: list[ParsedDelta] = []
+    for chunk in chunks:
+        if not chunk:
+            continue
+        outer = "" if reasoning is None or reasoning.passthrough else reasoning.plain_content_guard() or None
+        call = tool.plain_args_call()
+        if outer is not None and call is not None and (not outer or outer not in chunk) \
+                and is_plain_without(chunk, tool.plain_args_guard()) \
+                and not (tool.plain_args_hold_space and chunk[-1].isspace()):
+            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
+            if skipped is not None:
+                skipped.append(chunk)
+        elif reasoning is None:
+            out.append(tool.feed(chunk))
+        else:
+            out.append(_chain_step(tool, reasoning.feed(chunk)))
+    last = tool.finish() if reasoning is None else _chain_step(tool, reasoning.finish(), finish=True)
+    out.append(last)
+    return fold(out)
+
+
+def _chain_step(tool: ToolParser, r: ParsedDelta, finish: bool = False) -> ParsedDelta:
+    """The reasoning parser's delta ``r`` with its content fed to ``tool`` (then ``finish``ed)."""
+    t = tool.feed(r.content) if r.content else ParsedDelta()
+    if finish:
+        t.extend(tool.finish())
+    t.reasoning = r.reasoning
+    return t
+
+
+def check_think_guards(parser: ReasoningParser) -> None:
+    """A new ``<think>`` reasoning parser offers its reasoning and content guards (the derenderer's
+    shortcuts) only while it holds nothing: no trailing whitespace, no partial ``</think>``."""
+    assert parser.plain_reasoning_guard() == "<" and parser.plain_reasoning_hold_space
+    assert parser.plain_content_guard() is None  # (reasoning)
+    assert parser.feed("plan ").reasoning == "plan"
+    assert parser.plain_reasoning_guard() is None  # its trailing whitespace is held
+    assert parser.feed("ahead").reasoning == " ahead"
+    assert parser.plain_reasoning_guard() == "<"
+    assert parser.feed("</thi").reasoning == ""
+    assert parser.plain_reasoning_guard() is None  # a partial </think> is held
+    assert parser.feed("nk>ok </thi").content == "ok "
+    assert parser.plain_reasoning_guard() is None
+    assert parser.plain_content_guard() is None  # a partial </think> is held
+    assert parser.feed("nk>more").content == "more"
+    assert parser.plain_content_guard() == "<"
+    assert parser.feed("plain text").content == "plain text"
 
 
 def split_at(text: str, cuts: Iterable[int]) -> list[str]:

@@ -13,14 +13,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
-from session.parsers.base import ParsedDelta, ParserContext, ToolCallDelta
+from session.parsers.base import ParserContext
 from session.parsers.errors import MalformedSnapshot
 from session.parsers.reasoning.deepseek_v3 import DeepSeekV3ReasoningParser, Holo2ReasoningParser
 from session.parsers.tool.deepseek_v32 import HOLD, DeepSeekV32ToolParser
-from session.parsers.tool.json_stream import is_plain
 from session.parsers.tool.schema_values import always_string, coerce, fit, types_of
 
-from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
+from .parsers_harness import Split, one_shot, random_splits, skipping, split_at, streamed
 
 P = DeepSeekV32ToolParser
 D = "｜DSML｜"
@@ -233,22 +232,6 @@ def test_long_values_are_decided_at_the_hold_bound_the_same_way_at_any_split() -
 SERIAL = ParserContext(tools=TOOLS, parallel_tool_calls=False)
 
 
-def _skipping(parser: DeepSeekV32ToolParser, chunks: list[str]) -> Split:
-    """Feed ``chunks`` as the derenderer does: a chunk the args shortcut covers is not fed (nor is
-    an empty one)."""
-    out: list[ParsedDelta] = []
-    for chunk in chunks:
-        call = parser.plain_args_call()
-        if not chunk:
-            continue
-        if call is not None and is_plain(chunk) and parser.plain_args_guard() not in chunk:
-            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
-        else:
-            out.append(parser.feed(chunk))
-    out.append(parser.finish())
-    return fold(out)
-
-
 @pytest.mark.parametrize("ctx", [CTX, SERIAL, ParserContext()], ids=["auto", "serial", "no_tools"])
 def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(ctx: ParserContext) -> None:
     head = [f"<{D}function_calls>\n", f'<{D}invoke name="write_file">\n', f'<{D}parameter name="content" string="true">',
@@ -269,7 +252,7 @@ def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(ctx: ParserCo
     chunks = head + string + json_head + json_rest
     want = one_shot(P, "".join(chunks), ctx)
     assert len(want.calls) == (1 if ctx is SERIAL else 2)
-    assert _skipping(P(ctx), chunks) == want
+    assert skipping(P(ctx), chunks) == want
 
 
 # heads that leave the parser in each kind of value: a string="true" string, a held typed value, a
@@ -286,7 +269,7 @@ def test_skipping_what_the_args_shortcut_covers_splits_as_feeding(head: str, tex
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=20))
     chunks = [head, *split_at(text, cuts)]
     for ctx in (CTX, SERIAL):
-        assert _skipping(P(ctx), chunks) == one_shot(P, head + text, ctx)
+        assert skipping(P(ctx), chunks) == one_shot(P, head + text, ctx)
 
 
 # -- schema fitting, as vLLM's coerce_to_schema_type / _coerce_value ---------------------------

@@ -15,14 +15,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot, ParserContext
-from session.parsers.base import ParsedDelta, ToolCallDelta
 from session.parsers.reasoning.gemma4 import Gemma4ReasoningParser
 from session.parsers.tool.gemma4 import DROPPED, Gemma4ToolParser
 from session.parsers.tool.gemma4_args import PLAIN_GUARD
 from session.parsers.tool.json_stream import is_plain_without
 from session.parsers.tool.schema_values import always_string, coerce, types_of
 
-from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
+from .parsers_harness import Split, fold, one_shot, random_splits, skipping, split_at, streamed
 
 T, R = Gemma4ToolParser, Gemma4ReasoningParser
 TOOLS: tuple[dict[str, Any], ...] = (
@@ -390,33 +389,6 @@ def test_the_gemma4_tokenizer_has_the_markers_at_their_ids(tokenizer: Any) -> No
 # -- the derenderer's shortcut inside a string argument ------------------------------------------
 
 
-def skipping(chunks: list[str], ctx: ParserContext = CTX["auto"], skipped: list[str] | None = None) -> Split:
-    """As :func:`chained`, but as the derenderer steps: a chunk the reasoning parser passes on as
-    content (plain_content_guard) that the tool parser's arguments shortcut covers
-    (plain_args_call, plain_args_guard) is the call's arguments, and neither parser is fed (the
-    chunks skipped so are appended to ``skipped``)."""
-    reasoning, tool = R(ctx), T(ctx)
-    deltas = []
-    for chunk in chunks:
-        outer, call = reasoning.plain_content_guard(), tool.plain_args_call()
-        if chunk and outer is not None and call is not None and outer not in chunk \
-                and is_plain_without(chunk, tool.plain_args_guard()):
-            deltas.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
-            if skipped is not None:
-                skipped.append(chunk)
-            continue
-        r = reasoning.feed(chunk)
-        t = tool.feed(r.content)
-        t.reasoning = r.reasoning
-        deltas.append(t)
-    r = reasoning.finish()
-    t = tool.feed(r.content)
-    t.extend(tool.finish())
-    t.reasoning = r.reasoning
-    deltas.append(t)
-    return fold(deltas)
-
-
 @pytest.mark.parametrize("mode", sorted(CTX))
 def test_the_args_shortcut_inside_a_string_argument_splits_as_feeding(mode: str) -> None:
     ctx = CTX[mode]
@@ -436,7 +408,7 @@ def test_the_args_shortcut_inside_a_string_argument_splits_as_feeding(mode: str)
     assert tool.plain_args_guard() is PLAIN_GUARD
     for cut in (len(chunks) - 1, len(chunks)):  # ending inside the string too (its trailing run is stripped)
         skipped: list[str] = []
-        assert skipping(chunks[:cut], ctx, skipped) == chained(["".join(chunks[:cut])], ctx)
+        assert skipping(T(ctx), chunks[:cut], R(ctx), skipped) == chained(["".join(chunks[:cut])], ctx)
         # (after a text whose end the reader holds, the next one is fed: "of", "b", "c", ".")
         assert skipped == (["Par", "is", " a", " 東京 😀", "x", " y", "z z", "fr", "tail"] if reported else [])
 
@@ -474,7 +446,7 @@ def test_where_the_args_shortcut_is_offered_feeding_returns_the_text_and_changes
             assert (got.content, [(c.index, c.name, c.arguments) for c in got.tool_calls]) == ("", [(call, None, plain)])
             assert twin.snapshot() == before
     chunks = split_at(text + plain * 3, data.draw(st.lists(st.integers(0, len(text) + 3 * len(plain)), max_size=20)))
-    assert skipping(chunks, ctx) == chained([text + plain * 3], ctx)
+    assert skipping(T(ctx), chunks, R(ctx)) == chained([text + plain * 3], ctx)
 
 
 @settings(max_examples=300, deadline=None)

@@ -15,13 +15,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot
-from session.parsers.base import ParsedDelta, ParserContext, ToolCallDelta
+from session.parsers.base import ParsedDelta, ParserContext
 from session.parsers.reasoning.glm import GlmReasoningParser
 from session.parsers.tool.glm import GlmToolParser
-from session.parsers.tool.json_stream import escape_lone_surrogates, is_plain
+from session.parsers.tool.json_stream import escape_lone_surrogates
 from session.parsers.tool.schema_values import coerce, types_of
 
-from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
+from .parsers_harness import (
+    Split,
+    check_think_guards,
+    fold,
+    one_shot,
+    random_splits,
+    skipping,
+    split_at,
+    streamed,
+)
 
 TOOLS: tuple[dict[str, Any], ...] = (
     {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object", "properties": {
@@ -279,47 +288,7 @@ def test_a_typed_value_is_held_until_it_closes() -> None:
 
 
 def test_the_reasoning_and_content_guards_are_offered_with_nothing_held() -> None:
-    parser = R(CTX)
-    assert parser.plain_reasoning_guard() == "<" and parser.plain_reasoning_hold_space
-    assert parser.plain_content_guard() is None  # (reasoning)
-    assert parser.feed("plan ").reasoning == "plan"
-    assert parser.plain_reasoning_guard() is None  # its trailing whitespace is held
-    assert parser.feed("ahead").reasoning == " ahead"
-    assert parser.plain_reasoning_guard() == "<"
-    assert parser.feed("</thi").reasoning == ""
-    assert parser.plain_reasoning_guard() is None  # a partial </think> is held
-    assert parser.feed("nk>ok </thi").content == "ok "
-    assert parser.plain_reasoning_guard() is None
-    assert parser.plain_content_guard() is None  # a partial </think> is held
-    assert parser.feed("nk>more").content == "more"
-    assert parser.plain_content_guard() == "<"
-    assert parser.feed("plain text").content == "plain text"
-
-
-def _skipping(ctx: ParserContext, chunks: list[str]) -> tuple[Split, int]:
-    """The two parsers chained as the derenderer runs them, skipping both where it may: a chunk
-    without the reasoning parser's content guard that the tool parser's args shortcut covers is
-    not fed (session/derender/choice.py ``_route``). Returns the split and how many were not fed."""
-    reasoning, tool = R(ctx), T(ctx)
-    out: list[ParsedDelta] = []
-    skipped = 0
-    for chunk in chunks:
-        call, guard = tool.plain_args_call(), reasoning.plain_content_guard()
-        if call is not None and guard is not None and is_plain(chunk) and guard not in chunk \
-                and tool.plain_args_guard() not in chunk:
-            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
-            skipped += 1
-            continue
-        r = reasoning.feed(chunk)
-        t = tool.feed(r.content) if r.content else ParsedDelta()
-        t.reasoning = r.reasoning
-        out.append(t)
-    r = reasoning.finish()
-    t = tool.feed(r.content) if r.content else ParsedDelta()
-    t.extend(tool.finish())
-    t.reasoning = r.reasoning
-    out.append(t)
-    return fold(out), skipped
+    check_think_guards(R(CTX))
 
 
 JSON_PIECES = [" is", " a < b", " 東京 😀", ' \\"q\\"', " ", "\\n", " x <", " y", " z </arg", "_v", " end "]  # (in a JSON string)
@@ -348,9 +317,9 @@ def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(layout: Any, 
             assert reasoning.plain_content_guard() == tool.plain_args_guard() == "<"
     reported = ctx.tool_choice != "none"
     assert offered == (([0, 1, 2] if ctx.parallel_tool_calls else [0, None, None]) if reported else [None] * 3)
-    split, skipped = _skipping(ctx, chunks)
-    assert split == chained(["".join(chunks)], ctx)
-    assert (skipped > 0) == reported
+    skipped: list[str] = []
+    assert skipping(T(ctx), chunks, R(ctx), skipped) == chained(["".join(chunks)], ctx)
+    assert bool(skipped) == reported
 
 
 @pytest.mark.parametrize("text", [

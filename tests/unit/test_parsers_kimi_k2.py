@@ -14,13 +14,22 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
-from session.parsers.base import ParsedDelta, ParserContext, ToolCallDelta
+from session.parsers.base import ParsedDelta, ParserContext
 from session.parsers.reasoning.kimi_k2 import KimiK2ReasoningParser
 from session.parsers.reasoning.shared import thinking_enabled
-from session.parsers.tool.json_stream import is_plain_without
 from session.parsers.tool.kimi_k2 import HEAD_MAX, KimiK2ToolParser, call_id_and_name
 
-from .parsers_harness import TOOLS, Split, fold, one_shot, random_splits, split_at, streamed
+from .parsers_harness import (
+    TOOLS,
+    Split,
+    check_think_guards,
+    fold,
+    one_shot,
+    random_splits,
+    skipping,
+    split_at,
+    streamed,
+)
 
 T = KimiK2ToolParser
 R = KimiK2ReasoningParser
@@ -250,51 +259,7 @@ def test_any_split_of_kimi_output_equals_one_shot(text: str, data: st.DataObject
 
 
 def test_the_reasoning_and_content_guards_are_offered_with_nothing_held() -> None:
-    parser = R(AUTO)
-    assert parser.plain_reasoning_guard() == "<" and parser.plain_reasoning_hold_space
-    assert parser.plain_content_guard() is None  # (reasoning)
-    assert parser.feed("plan ").reasoning == "plan"
-    assert parser.plain_reasoning_guard() is None  # its trailing whitespace is held
-    assert parser.feed("ahead").reasoning == " ahead"
-    assert parser.plain_reasoning_guard() == "<"
-    assert parser.feed("</thi").reasoning == ""
-    assert parser.plain_reasoning_guard() is None  # a partial </think> is held
-    assert parser.feed("nk>ok </thi").content == "ok "
-    assert parser.plain_reasoning_guard() is None
-    assert parser.plain_content_guard() is None  # a partial </think> is held
-    assert parser.feed("nk>more").content == "more"
-    assert parser.plain_content_guard() == "<"
-    assert parser.feed("plain text").content == "plain text"
-
-
-def _skipping(chunks: list[str], ctx: ParserContext) -> tuple[Split, int]:
-    """The two parsers chained as the derenderer runs them, skipping both where it may
-    (session/derender/choice.py ``_route``): a chunk the reasoning parser passes on unchanged
-    (``passthrough``, or without its ``plain_content_guard``) that the tool parser's args shortcut
-    covers (plain, without its guard, not ending in whitespace: ``plain_args_hold_space``) is not
-    fed. Returns the split and how many chunks were not fed."""
-    reasoning, tool = R(ctx), T(ctx)
-    out: list[ParsedDelta] = []
-    skipped = 0
-    for chunk in chunks:
-        outer = "" if reasoning.passthrough else reasoning.plain_content_guard()
-        call = tool.plain_args_call()
-        if outer is not None and call is not None and chunk and (not outer or outer not in chunk) \
-                and is_plain_without(chunk, tool.plain_args_guard()) \
-                and not (tool.plain_args_hold_space and chunk[-1].isspace()):
-            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
-            skipped += 1
-            continue
-        r = reasoning.feed(chunk)
-        t = tool.feed(r.content)
-        t.reasoning = r.reasoning
-        out.append(t)
-    r = reasoning.finish()
-    t = tool.feed(r.content)
-    t.extend(tool.finish())
-    t.reasoning = r.reasoning
-    out.append(t)
-    return fold(out), skipped
+    check_think_guards(R(AUTO))
 
 
 @pytest.mark.parametrize("ctx", [AUTO, NONE, OFF, ParserContext(tools=TOOLS, parallel_tool_calls=False)],
@@ -316,9 +281,9 @@ def test_the_args_shortcut_inside_the_arguments_splits_as_feeding(ctx: ParserCon
     # held at "<|tool_call"; the second call is not reported with parallel_tool_calls false)
     assert offered == {" ": None, "ris": 0, " a ": None, " z<|tool_call": None, "me ": None,
                        "x": 1 if ctx.parallel_tool_calls else None}
-    split, skipped = _skipping(chunks, ctx)
-    assert split == _chain(["".join(chunks)], ctx)[0]
-    assert skipped >= 4  # (Pa, ris, is, city, 東京 😀, y, Ro: where nothing is held)
+    skipped: list[str] = []
+    assert skipping(T(ctx), chunks, R(ctx), skipped) == _chain(["".join(chunks)], ctx)[0]
+    assert len(skipped) >= 4  # (Pa, ris, is, city, 東京 😀, y, Ro: where nothing is held)
 
 
 def test_a_text_ending_in_whitespace_is_not_the_arguments_as_it_is() -> None:

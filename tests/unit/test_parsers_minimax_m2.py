@@ -15,13 +15,12 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS, MalformedSnapshot
-from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolCallDelta, ToolParser
+from session.parsers.base import ParsedDelta, ParserContext, ReasoningParser, ToolParser
 from session.parsers.reasoning.minimax_m2 import MiniMaxM2AppendThinkReasoningParser, MiniMaxM2ReasoningParser
-from session.parsers.tool.json_stream import is_plain
 from session.parsers.tool.minimax_m2 import MinimaxM2ToolParser
 from session.parsers.tool.schema_values import coerce, types_of
 
-from .parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
+from .parsers_harness import Split, fold, one_shot, random_splits, skipping, split_at, streamed
 
 P = MinimaxM2ToolParser
 R = MiniMaxM2ReasoningParser
@@ -344,22 +343,6 @@ def test_chained_streams_like_one_shot(text: str, data: st.DataObject) -> None:
 
 
 # -- the derenderer's argument shortcut (plain_args_call) -----------------------------------------
-def _skipping(parser: MinimaxM2ToolParser, chunks: list[str]) -> Split:
-    """Feed ``chunks`` as the derenderer does: a chunk the args shortcut covers is not fed (nor is
-    an empty one)."""
-    out: list[ParsedDelta] = []
-    for chunk in chunks:
-        call = parser.plain_args_call()
-        if not chunk:
-            continue
-        if call is not None and is_plain(chunk) and parser.plain_args_guard() not in chunk:
-            out.append(ParsedDelta(tool_calls=[ToolCallDelta(index=call, arguments=chunk)]))
-        else:
-            out.append(parser.feed(chunk))
-    out.append(parser.finish())
-    return fold(out)
-
-
 @pytest.mark.parametrize("ctx", CONTEXTS, ids=["auto", "none", "no_tools", "serial"])
 def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(ctx: ParserContext) -> None:
     head = ["<minimax:tool_call>\n", '<invoke name="write_file">\n', '<parameter name="content">', "Once"]
@@ -378,7 +361,7 @@ def test_the_args_shortcut_inside_a_string_value_splits_as_feeding(ctx: ParserCo
     chunks = head + string + second
     want = one_shot(P, "".join(chunks), ctx)
     assert len(want.calls) == {id(CTX): 2, id(SERIAL): 1}.get(id(ctx), 0)
-    assert _skipping(P(ctx), chunks) == want
+    assert skipping(P(ctx), chunks) == want
 
 
 # heads that leave the parser in a string value, inside its closing tag (a partial terminal, or a
@@ -396,7 +379,7 @@ def test_skipping_what_the_args_shortcut_covers_splits_as_feeding(head: str, tex
     cuts = data.draw(st.lists(st.integers(0, len(text)), max_size=20))
     chunks = [head, *split_at(text, cuts)]
     for ctx in CONTEXTS:
-        assert _skipping(P(ctx), chunks) == one_shot(P, head + text, ctx)
+        assert skipping(P(ctx), chunks) == one_shot(P, head + text, ctx)
 
 
 def test_past_the_reasoning_a_text_without_lt_is_content_as_it_is() -> None:
