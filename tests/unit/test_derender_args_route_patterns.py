@@ -19,22 +19,16 @@ argument's tokens skip the parsers.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import orjson
 import pytest
 
-from engine.protocol import GenerateChoice, GenerateResponse
-from session.derender import ChatDerenderer, assemble_message, chat_derenderer, chat_response
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.harmony import harmony_parser
-from session.protocol.openai import ChatCompletionRequest
 
-TOOLS = [{"type": "function", "function": {"name": "write_file", "parameters": {"type": "object", "properties": {
-    "path": {"type": "string"}, "content": {"type": "string"}}}}}]
-THINK = "Let me plan the week in Paris and 東京 🤔, day by day. "
-CONTENT = "Here is the plan, written to a file. "
+from .derender_route_harness import CONTENT, THINK, count_feeds, one_shot, streamed
+
 BODY = ("Monday: museums if it rains;  Tuesday: a 'river walk' (a < b, x<y) f(x) {k} — 雨なら美術館 😀. " * 6
         + 'Wednesday: "quoted" and back\\slash,\ttab\nnew line.   ' + "Thursday: day trip to Versailles. " * 6)
 D = '<|"|>'
@@ -64,47 +58,6 @@ FAMILIES = [
 ]
 
 
-def _derenderer(tok: Any, tool: str, reasoning: str) -> ChatDerenderer:
-    request = ChatCompletionRequest.model_validate(
-        {"messages": [{"role": "user", "content": "Plan my week."}], "tools": TOOLS})
-    return chat_derenderer(request, list(tok.encode("Plan my week.", add_special_tokens=False)),
-                           request_id="chatcmpl-r", created=0, model="m", tokenizer=tok, tool_parser=tool,
-                           reasoning_parser=reasoning, enable_auto_tool_choice=True)
-
-
-def _want(tok: Any, tool: str, reasoning: str, ids: list[int], finish: str) -> dict[str, Any]:
-    choice = chat_response(_derenderer(tok, tool, reasoning), GenerateResponse(request_id="chatcmpl-r", choices=[
-        GenerateChoice(index=0, finish_reason=finish, token_ids=ids)]))["choices"][0]
-    message = choice["message"]
-    return {"content": message["content"] or "", "reasoning": message["reasoning"] or "",
-            "tool_calls": [(c["id"], c["function"]["name"], c["function"]["arguments"])
-                           for c in message.get("tool_calls", [])], "finish_reason": choice["finish_reason"]}
-
-
-def _pushes(tok: Any, tool: str, reasoning: str, ids: list[int], finish: str, restore: bool,
-            apart: bool = False) -> Iterator[dict[str, Any]]:
-    """One token per push (``apart``: then the finish alone, in a push without tokens)."""
-    d, snap = _derenderer(tok, tool, reasoning), None
-    pushes: list[list[int]] = [[t] for t in ids] + ([[]] if apart else [])
-    for k, chunk in enumerate(pushes):
-        if restore:
-            d = _derenderer(tok, tool, reasoning)
-            if snap is not None:
-                d.restore(0, snap)
-        step = d.push(0, chunk, finish_reason=finish if k == len(pushes) - 1 else None)
-        if step.chunk is not None:
-            yield step.chunk
-        if restore:
-            snap = orjson.loads(orjson.dumps(d.snapshot(0)))
-
-
-def _got(chunks: list[dict[str, Any]]) -> dict[str, Any]:
-    got = assemble_message(chunks)
-    return {"content": got["content"], "reasoning": got["reasoning"],
-            "tool_calls": [(c["id"], c["name"], c["arguments"]) for c in got["tool_calls"]],
-            "finish_reason": got["finish_reason"]}
-
-
 @pytest.mark.parametrize(("tool", "reasoning", "asset", "build", "classes"), FAMILIES, ids=[f[0] for f in FAMILIES])
 def test_inside_a_string_argument_the_step_skips_the_parsers(tokenizer: Callable[[str], Any], tool: str,
                                                              reasoning: str, asset: str, build: Any,
@@ -114,16 +67,10 @@ def test_inside_a_string_argument_the_step_skips_the_parsers(tokenizer: Callable
     head = list(tok.encode(build(THINK, CONTENT, "", False), add_special_tokens=False))
     ids = list(tok.encode(build(THINK, CONTENT, BODY, True), add_special_tokens=False))
     assert ids[:len(head) - 2] == head[:-2]
-    want = _want(tok, tool, reasoning, ids, "stop")
+    want = one_shot(tok, tool, reasoning, ids, "stop")
     assert want["tool_calls"] and want["tool_calls"][0][1] == "write_file" and want["content"] and want["reasoning"]
-    counts = [0] * len(classes)
-    for k, cls in enumerate(classes):
-        def counting(self: Any, text: str, _feed: Any = cls.feed, _k: int = k) -> Any:
-            counts[_k] += 1
-            return _feed(self, text)
-
-        monkeypatch.setattr(cls, "feed", counting)
-    assert _got(list(_pushes(tok, tool, reasoning, ids, "stop", restore=False))) == want
+    counts = count_feeds(monkeypatch, classes)
+    assert streamed(tok, tool, reasoning, ids, "stop", restore=False) == want
     body = len(ids) - len(head)
     # (the argument's tokens with a quote, a backslash, a control character or a "<" are fed; for
     # gemma4 also those with a parenthesis or ending in whitespace or "}" and the one after such a
@@ -144,6 +91,6 @@ def test_the_routed_stream_splits_as_the_one_shot_derender(tokenizer: Callable[[
     # reader), and not; the finish with the last token or in a push of its own
     ends = [k for k in range(head + 1, len(cut)) if tok.decode(cut[:k])[-1:] in (" ", "}", ")")][:6]
     for ids, finish in [(whole, "stop"), *((cut[:k], "length") for k in [*ends, len(cut) - 5, len(cut)])]:
-        want = _want(tok, tool, reasoning, ids, finish)
+        want = one_shot(tok, tool, reasoning, ids, finish)
         for apart in (False, True):
-            assert _got(list(_pushes(tok, tool, reasoning, ids, finish, restore, apart))) == want, (len(ids), apart)
+            assert streamed(tok, tool, reasoning, ids, finish, restore, apart) == want, (len(ids), apart)
