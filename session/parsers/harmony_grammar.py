@@ -7,7 +7,7 @@ The full rules: docs/parsers.md, "gpt-oss harmony".
 from __future__ import annotations
 
 __all__ = ["ARGS_HOLD", "BUILTIN_TOOLS", "CHANNEL", "CONSTRAIN", "HEADER_MAX", "MESSAGE", "ROLES", "START", "STOPS",
-           "message_kind", "parse_header"]
+           "ascii_json", "message_kind", "normalize_recipient", "parse_header", "partial_marker"]
 
 START, MESSAGE, CHANNEL, CONSTRAIN = "<|start|>", "<|message|>", "<|channel|>", "<|constrain|>"
 STOPS = ("<|end|>", "<|call|>", "<|return|>")
@@ -97,7 +97,7 @@ def parse_header(header: str, first: bool) -> tuple[str, str | None, str | None,
     return role, channel, recipient, content_type
 
 
-def _normalize_recipient(recipient: str | None) -> str | None:
+def normalize_recipient(recipient: str | None) -> str | None:
     if recipient is None:
         return None
     idx = recipient.find(CONSTRAIN)
@@ -130,7 +130,7 @@ def message_kind(role: str, channel: str | None, recipient: str | None) -> str:
     return "i"
 
 
-def _ascii(text: str) -> str:
+def ascii_json(text: str) -> str:
     """Canonical JSON text with every non-ASCII character escaped as ``json.dumps`` does."""
     if text.isascii():
         return text
@@ -147,7 +147,7 @@ def _ascii(text: str) -> str:
     return "".join(out)
 
 
-def _partial(text: str, markers: tuple[str, ...]) -> int:
+def partial_marker(text: str, markers: tuple[str, ...]) -> int:
     """Length of the longest suffix of ``text`` that is a proper prefix of one of ``markers``."""
     k = text.rfind("<", max(0, len(text) - 10))
     while k >= 0:

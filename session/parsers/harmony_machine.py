@@ -16,11 +16,11 @@ from .harmony_grammar import (
     MESSAGE,
     START,
     STOPS,
-    _ascii,
-    _normalize_recipient,
-    _partial,
+    ascii_json,
     message_kind,
+    normalize_recipient,
     parse_header,
+    partial_marker,
 )
 from .tool.json_stream import JsonValueStreamer, is_plain
 
@@ -148,7 +148,7 @@ class HarmonyMachine:
                 self.held = ""
                 cut, marker = self._find_stop(buf)
                 if cut < 0:
-                    keep = _partial(buf, STOPS)
+                    keep = partial_marker(buf, STOPS)
                     body = buf[:len(buf) - keep] if keep else buf
                     if body:
                         self._content(body, out)
@@ -165,7 +165,7 @@ class HarmonyMachine:
                 self.held = ""
                 k = buf.find(START)
                 if k < 0:
-                    keep = _partial(buf, (START,))
+                    keep = partial_marker(buf, (START,))
                     self.held = buf[len(buf) - keep:] if keep else ""
                     return
                 self.recovery += START
@@ -180,7 +180,7 @@ class HarmonyMachine:
             k = buf.find(MESSAGE, start)
             if k < 0:
                 self.held = buf
-                if len(self.recovery) + len(buf) - _partial(buf, (MESSAGE,)) > HEADER_MAX:
+                if len(self.recovery) + len(buf) - partial_marker(buf, (MESSAGE,)) > HEADER_MAX:
                     self._overflow(out)
                 return
             if len(self.recovery) + k > HEADER_MAX:
@@ -222,7 +222,7 @@ class HarmonyMachine:
 
     def _begin_message(self, role: str, channel: str | None, recipient: str | None, content_type: str | None,
                        out: ParsedDelta) -> None:
-        recipient = _normalize_recipient(recipient)
+        recipient = normalize_recipient(recipient)
         kind = message_kind(role, channel, recipient)
         if (kind == "t" and not self.tools) or (kind == "r" and not self.reasoning):
             kind = "i"  # (vLLM: no tool / reasoning parser configured, so no case takes it)
@@ -252,11 +252,11 @@ class HarmonyMachine:
             if js is None or js.done or js.failed:
                 return  # text after the value (or after the point it broke): dropped
             if self.committed and js.in_plain_string and is_plain(text):  # inside a string argument
-                out.tool_calls.append(ToolCallDelta(self.calls - 1, None, _ascii(text)))
+                out.tool_calls.append(ToolCallDelta(self.calls - 1, None, ascii_json(text)))
                 return
             parts: list[str] = []
             js.feed(text, 0, parts)
-            args = _ascii("".join(parts))
+            args = ascii_json("".join(parts))
             if args:
                 self.committed = True
                 self.args_held = ""
@@ -298,7 +298,7 @@ class HarmonyMachine:
         if js is not None:
             parts: list[str] = []
             js.end(parts)
-            args = _ascii("".join(parts))
+            args = ascii_json("".join(parts))
             if not args and not self.committed:
                 args = self.args_held  # never valid JSON: the raw text, as vLLM
             if args:
