@@ -126,7 +126,8 @@ def create_app(ctx: ServerContext, services: Services | None = None) -> Starlett
     """The app over ``ctx``, with ``services`` built by the caller at start-up (else here)."""
     if services is None:
         services = build_services(ctx)  # raises ValueError for a configuration it refuses
-    enabled = enabled_routes(ctx)
+    every = all_routes()  # built once: the playground's routes read its files
+    enabled = [r for r in every if r.group in ctx.gating]
     routes: list[Any] = [StarletteRoute(r.path, _wrap(r), methods=list(r.methods)) for r in enabled]
     routes += [WebSocketRoute(path, endpoint) for path, endpoint, group in WEBSOCKET_ROUTES if group in ctx.gating]
 
@@ -160,6 +161,7 @@ def create_app(ctx: ServerContext, services: Services | None = None) -> Starlett
     app.state.ctx = ctx
     app.state.services = services
     app.state.routes = tuple(enabled)
+    app.state.route_groups = {r.path: r.group for r in every}  # for the 404's "not enabled" hint
     metrics.ENGINE.watch(ctx.engine)
     return app
 
@@ -168,7 +170,8 @@ async def _not_found(request: Request, exc: Exception) -> Response:
     path = request.url.path
     message = f"Not found: {request.method} {path}"
     gating = request.app.state.ctx.gating
-    hint = next((gating.hints[r.group] for r in all_routes() if r.path == path and r.group in gating.hints), None)
+    group = request.app.state.route_groups.get(path)  # every route's, enabled or not: built once
+    hint = gating.hints.get(group) if group is not None else None
     if hint is not None:  # a route this server has, turned off: say how to turn it on
         message = f"{path} is not enabled on this server: {hint}."
     return error_response(ApiError(404, message), flavor=flavor_of(path))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from functools import cache
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -12,8 +13,10 @@ from typing import Any
 from server.resume_budget import RESUME_WINDOW_S, RESUMES_PER_CHECKPOINT
 
 
+@cache
 def package_version() -> str:
-    """tokenwire's installed version (``/version``, the session's ``server`` info)."""
+    """tokenwire's installed version (``/version``, the session's ``server`` info): read once, since
+    the lookup scans ``sys.path`` on disk and its callers run on the event loop."""
     try:
         return metadata.version("tokenwire")
     except metadata.PackageNotFoundError:
