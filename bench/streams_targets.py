@@ -12,25 +12,28 @@
 5. ``serve`` with its local engine (tiny-qwen3, one engine thread): the process's CPU less the time
    inside model steps (``/engine/stats`` ``step_cpu_seconds``), per generated token, <= 40 µs at 64
    WebSocket streams.
-6. vLLM's API server beside it, only where a vLLM installation is given (``--vllm-python``; reported
-   as not run otherwise): the CPU per streamed token of ``vllm serve``'s API server process (its engine
-   core is a child process) and of tokenwire's front end (``launch render`` over the session link to a
-   ``serve --tokens-only`` engine, and the same over the ``http://`` link, vLLM's wire, issue 40's
-   target: at most 0.7x vLLM's API server over SSE), both with SmolLM2-135M generating, at 16 and 64
-   SSE streams.
+6. vLLM's API server beside it, only where a vLLM installation is given (``--vllm-python``; alone:
+   ``--only 6``): the CPU per streamed token of ``vllm serve``'s API server process (SSE; its engine
+   core is a child process) and of tokenwire's front end (``launch render``) over the session link
+   and over the ``http://`` link (vLLM's wire) to a ``serve --tokens-only`` engine and to a ``vllm
+   serve --tokens-only`` one, over SSE and ``/v1/session``; SmolLM2-135M generating, 16 and 64
+   streams, alternating rounds. Targets: the ``http://`` link at most 0.7x vLLM's over SSE, 0.5x over
+   the WebSocket.
 
 Beside them, ``bench.fanout_bench``: the server's own Python per token in one process, without
 sockets (back to back, and paced as a real engine steps), the part of figure 1 that is not the
 kernel's. Prints one JSON document (also written to ``--out``).
 
-    .venv/bin/python -m bench.streams_targets [--quick] [--vllm-python PATH] [--out FILE]
+    .venv/bin/python -m bench.streams_targets [--quick] [--vllm-python PATH] [--only 6] [--out FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
+import statistics
 import sys
 import time
 from typing import Any
@@ -160,19 +163,21 @@ def in_process(streams: int, tokens: int) -> dict[str, Any]:
 
 # --- 6: vLLM's API server beside tokenwire's front end ----------------------------------------------------------
 
-async def _api_streams(url: str, pid: int, streams: int, tokens: int) -> dict[str, Any]:
-    """``streams`` chats streamed over SSE from an OpenAI-compatible server (one connection each,
-    opened first), ``tokens`` tokens each with eos ignored; the CPU of process ``pid`` alone around
-    them (the API server: vLLM's engine core is its child process, tokenwire's engine another
-    server), less its idle rate, per streamed token."""
-    conns = [await SseStream.connect(url) for _ in range(streams)]
+async def _api_streams(url: str, pid: int, streams: int, tokens: int, transport: str = "sse") -> dict[str, Any]:
+    """``streams`` chats streamed from an OpenAI-compatible server, over SSE (``transport="sse"``: one
+    connection each, opened first) or over ``/v1/session`` (``"ws"``: one WebSocket session each, opened
+    first, a ``chat`` frame on each), ``tokens`` tokens each with eos ignored; the CPU of process ``pid``
+    alone around them (the API server: vLLM's engine core is its child process, tokenwire's engine
+    another server), less its idle rate, per streamed token."""
     counted = [0] * streams
+    body = {"model": "bench", "max_tokens": tokens, "ignore_eos": True, "temperature": 0,
+            "stream_options": {"include_usage": True}}
 
-    async def one(i: int, conn: SseStream) -> None:
-        conn.send("/v1/chat/completions", orjson.dumps({
-            "model": "bench", "messages": [{"role": "user", "content": f"Tell me about the number {i}."}],
-            "max_tokens": tokens, "ignore_eos": True, "temperature": 0, "stream": True,
-            "stream_options": {"include_usage": True}}))
+    def chat(i: int) -> dict[str, Any]:
+        return {**body, "messages": [{"role": "user", "content": f"Tell me about the number {i}."}]}
+
+    async def one_sse(i: int, conn: SseStream) -> None:
+        conn.send("/v1/chat/completions", orjson.dumps({**chat(i), "stream": True}))
         async for data in conn.events():
             if data == b"[DONE]":
                 break
@@ -181,9 +186,35 @@ async def _api_streams(url: str, pid: int, streams: int, tokens: int) -> dict[st
                 counted[i] = usage["completion_tokens"]
         conn.close()
 
+    async def one_ws(i: int, ws: WsStream) -> None:
+        await ws.send(orjson.dumps({"type": "chat", "id": "c", "body": chat(i)}))
+        while True:
+            message = await ws.recv()
+            if message is None:
+                raise RuntimeError("the server closed the session mid-stream")
+            frame = orjson.loads(message)
+            if frame["type"] == "chat.delta":
+                for chunk in frame["chunks"]:
+                    if chunk.get("usage"):
+                        counted[i] = chunk["usage"]["completion_tokens"]
+            elif frame["type"] == "error":
+                raise RuntimeError(f"error frame: {frame}")
+            elif frame["type"] == "chat.done":
+                break
+        await ws.close()
+
+    if transport == "ws":
+        sockets = [await WsStream.connect("ws" + url[len("http"):] + "/v1/session", "tokenwire.v1")
+                   for _ in range(streams)]
+        for ws in sockets:
+            await ws.recv()  # the session frame
+        runs = [one_ws(i, ws) for i, ws in enumerate(sockets)]
+    else:
+        conns = [await SseStream.connect(url) for _ in range(streams)]
+        runs = [one_sse(i, conn) for i, conn in enumerate(conns)]
     idle = await streams_bench.idle_cpu_rate(pid)
     c0, t0 = cpu_seconds(pid), time.perf_counter()
-    await asyncio.gather(*(one(i, conn) for i, conn in enumerate(conns)))
+    await asyncio.gather(*runs)
     wall, cpu = time.perf_counter() - t0, cpu_seconds(pid) - c0
     total = sum(counted)
     if total == 0:
@@ -193,98 +224,143 @@ async def _api_streams(url: str, pid: int, streams: int, tokens: int) -> dict[st
             "api_cpu_us_per_token": round(max(cpu - idle * wall, 0.0) / total * 1e6, 1)}
 
 
-def api_servers(levels: list[int], tokens: int, vllm_python: str | None) -> dict[str, Any]:
+# the sides of target 6: name -> (what, transport); the front ends' engines are named by the prefix
+API_SIDES = {
+    "tokenwire": ("launch render --engine-url ws:// (front end) + serve --tokens-only (engine), SSE", "sse"),
+    "tokenwire_http": ("launch render --engine-url http:// + serve --tokens-only, SSE", "sse"),
+    "tokenwire_http_ws": ("launch render --engine-url http:// + serve --tokens-only, /v1/session", "ws"),
+    "vllm": ("vllm serve (its API server process), SSE", "sse"),
+    "tokenwire_http_vllm": ("launch render --engine-url http:// + vllm serve --tokens-only, SSE", "sse"),
+    "tokenwire_http_vllm_ws": ("launch render --engine-url http:// + vllm serve --tokens-only, /v1/session", "ws"),
+}
+
+
+def api_servers(levels: list[int], tokens: int, vllm_python: str | None, rounds: int = 1) -> dict[str, Any]:
     """Target 6: the API server's CPU per streamed token with a real engine behind it (SmolLM2-135M).
-    tokenwire: ``launch render`` in front of a ``serve --tokens-only`` engine over the session link,
-    then over the ``http://`` link (engine/remote.py) to the same engine (the front end measured). vLLM: ``vllm serve`` (its API server process measured; its engine core
-    is a child process), only where ``vllm_python`` is given."""
+    tokenwire: ``launch render`` in front of a ``serve --tokens-only`` engine over the session link, and
+    over the ``http://`` link (engine/remote.py) to the same engine and, where ``vllm_python`` is given,
+    to a ``vllm serve --tokens-only`` engine, over SSE and over ``/v1/session`` (the front end measured).
+    vLLM: ``vllm serve`` (its API server process measured; its engine core is a child process), over
+    SSE. Every side is up for the whole run; per round and stream count each side streams once, the
+    order of the sides reversed every other round. Per side and stream count: each round's figures and
+    the median round's."""
     from bench.vllm_compare import engine_dtype, server, vllm_cmd, vllm_env, vllm_version
 
     model = ensure("smollm2-135m-instruct")
     dtype = engine_dtype()
-    out: dict[str, Any] = {"model": model.name, "dtype": dtype, "tokens_per_stream": tokens}
-
-    def measured(url: str, pid: int) -> dict[str, Any]:
-        asyncio.run(_api_streams(url, pid, 2, 4))  # warm-up: first render, first engine call
-        return {str(c): asyncio.run(_api_streams(url, pid, c, tokens)) for c in levels}
-
+    out: dict[str, Any] = {"model": model.name, "dtype": dtype, "tokens_per_stream": tokens, "rounds": rounds,
+                           "levels": levels}
     engine_args = ["serve", str(model), "--tokens-only", "--served-model-name", "bench", "--dtype", dtype,
                    "--max-num-seqs", str(max(levels)), "--ws-max-in-flight", str(max(levels)), "--log-level", "warning"]
-    with ServerProcess(engine_args, startup_timeout=300) as engine, \
-            render_server(model, "ws" + engine.url[len("http"):]) as front:
-        assert front.proc is not None
-        out["tokenwire"] = {"what": "launch render --engine-url ws:// (front end) + serve --tokens-only (engine)",
-                            **measured(front.url, front.proc.pid)}
-        with render_server(model, engine.url) as front:
+    vllm_common = [str(model), "--served-model-name", "bench", "--dtype", dtype, "--max-model-len", "2048",
+                   "--max-num-seqs", str(max(levels))]
+    with contextlib.ExitStack() as stack:
+        engine = stack.enter_context(ServerProcess(engine_args, startup_timeout=300))
+        fronts = {"tokenwire": stack.enter_context(render_server(model, "ws" + engine.url[len("http"):])),
+                  "tokenwire_http": stack.enter_context(render_server(model, engine.url))}
+        at: dict[str, tuple[str, int]] = {}
+        for name, front in fronts.items():
             assert front.proc is not None
-            out["tokenwire_http"] = {"what": "launch render --engine-url http:// (front end) + serve --tokens-only "
-                                             "(engine)", **measured(front.url, front.proc.pid)}
+            at[name] = (front.url, front.proc.pid)
+        at["tokenwire_http_ws"] = at["tokenwire_http"]
+        if vllm_python is not None:
+            out["vllm_version"] = vllm_version(vllm_python)
+            print("streams: 6: starting vLLM's API server and its tokens-only engine", file=sys.stderr, flush=True)
+            pids: list[int] = []
+            url = stack.enter_context(server(vllm_cmd(vllm_python, "serve", *vllm_common), env=vllm_env(), pids=pids))
+            at["vllm"] = (url, pids[0])
+            vllm_engine = stack.enter_context(server(vllm_cmd(vllm_python, "serve", *vllm_common, "--tokens-only"),
+                                                     env=vllm_env()))
+            front = stack.enter_context(render_server(model, vllm_engine))
+            assert front.proc is not None
+            at["tokenwire_http_vllm"] = at["tokenwire_http_vllm_ws"] = (front.url, front.proc.pid)
+        sides = [s for s in API_SIDES if s in at]
+        for side in sides:  # warm-up: first render, first engine call, first connections
+            asyncio.run(_api_streams(*at[side], 2, 4, API_SIDES[side][1]))
+        per: dict[str, dict[str, list[dict[str, Any]]]] = {s: {str(c): [] for c in levels} for s in sides}
+        for r in range(rounds):
+            for c in levels:
+                for side in (sides if r % 2 == 0 else sides[::-1]):
+                    print(f"streams: 6: round {r + 1}/{rounds}, {c} streams, {side}", file=sys.stderr, flush=True)
+                    per[side][str(c)].append(asyncio.run(_api_streams(*at[side], c, tokens, API_SIDES[side][1])))
+    for side in sides:
+        out[side] = {"what": API_SIDES[side][0]}
+        for level, runs in per[side].items():
+            values = [m["api_cpu_us_per_token"] for m in runs]
+            median = sorted(runs, key=lambda m: m["api_cpu_us_per_token"])[(len(runs) - 1) // 2]
+            out[side][level] = {**median, "rounds_us_per_token": values}
     if vllm_python is None:
         out["vllm"] = None
-        return out
-    pids: list[int] = []
-    with server(vllm_cmd(vllm_python, "serve", str(model), "--served-model-name", "bench", "--dtype", dtype,
-                         "--max-model-len", "2048", "--max-num-seqs", str(max(levels))), env=vllm_env(),
-                pids=pids) as url:
-        out["vllm"] = {"what": "vllm serve (its API server process)", "version": vllm_version(vllm_python),
-                       **measured(url, pids[0])}
     return out
 
 
 # --- the run ---------------------------------------------------------------------------------------------------
 
-def run(quick: bool, vllm_python: str | None = None) -> dict[str, Any]:
+def run(quick: bool, vllm_python: str | None = None, only: str | None = None) -> dict[str, Any]:
+    """Every target, or (``only="6"``) target 6 alone."""
     model = ensure("smollm2-135m-instruct")
     raise_fd_limit(8192)
     out: dict[str, Any] = {"benchmark": "streams_targets", "quick": quick, "load_average_before": load_average()}
     levels, rounds = ([16, 64], 1) if quick else ([16, 64, 256], 3)
     tokens = 32 if quick else 128
-    print("streams: 1, 2", file=sys.stderr, flush=True)
-    out["streams"] = streams_bench.run(model, levels, tokens, 100.0, 1.0, rounds)
-    print("streams: 3 (1,024 streams)", file=sys.stderr, flush=True)
-    many = 128 if quick else 1024
-    out["many"] = streams_bench.run(model, [many], 16 if quick else 64, 200.0, 2.0, 1, modes=("ws",))
-    print("streams: 4 (client_sdk)", file=sys.stderr, flush=True)
-    out["sdk"] = streams_bench.run(model, [64], tokens, 100.0, 1.0, 1, sdk=True, modes=("ws",))
-    print("streams: 4 (derender frames)", file=sys.stderr, flush=True)
-    out["derender_frames"] = derender_frames(quick)
-    print("streams: 5 (in-process serve)", file=sys.stderr, flush=True)
-    out["in_process"] = in_process(64, 16 if quick else 128)
-    print("streams: the server's own Python (fanout)", file=sys.stderr, flush=True)
-    out["fanout"] = {"back_to_back": fanout_bench.run(model, 256, 64 if quick else 128, 2 if quick else 3)["best"],
-                     "paced_100ms": fanout_bench.run(model, 256, 32 if quick else 64, 1 if quick else 2,
-                                                     step_ms=100.0)["best"]}
-    if vllm_python is not None:
+    if only is None:
+        print("streams: 1, 2", file=sys.stderr, flush=True)
+        out["streams"] = streams_bench.run(model, levels, tokens, 100.0, 1.0, rounds)
+        print("streams: 3 (1,024 streams)", file=sys.stderr, flush=True)
+        many = 128 if quick else 1024
+        out["many"] = streams_bench.run(model, [many], 16 if quick else 64, 200.0, 2.0, 1, modes=("ws",))
+        print("streams: 4 (client_sdk)", file=sys.stderr, flush=True)
+        out["sdk"] = streams_bench.run(model, [64], tokens, 100.0, 1.0, 1, sdk=True, modes=("ws",))
+        print("streams: 4 (derender frames)", file=sys.stderr, flush=True)
+        out["derender_frames"] = derender_frames(quick)
+        print("streams: 5 (in-process serve)", file=sys.stderr, flush=True)
+        out["in_process"] = in_process(64, 16 if quick else 128)
+        print("streams: the server's own Python (fanout)", file=sys.stderr, flush=True)
+        out["fanout"] = {"back_to_back": fanout_bench.run(model, 256, 64 if quick else 128, 2 if quick else 3)["best"],
+                         "paced_100ms": fanout_bench.run(model, 256, 32 if quick else 64, 1 if quick else 2,
+                                                         step_ms=100.0)["best"]}
+    if vllm_python is not None or only == "6":
         print("streams: 6 (vLLM's API server beside the front end)", file=sys.stderr, flush=True)
-        out["api_servers"] = api_servers([16, 64], 32 if quick else 128, vllm_python)
+        out["api_servers"] = api_servers([16, 64], tokens, vllm_python, rounds)
     out["load_average_after"] = load_average()
     out["targets"] = targets(out)
     return out
 
 
+# target 6's ratios to vLLM's API server (SSE) and their targets: the http:// link, SSE <= 0.7x, WebSocket <= 0.5x
+TARGET6 = {"tokenwire": None, "tokenwire_http": 0.7, "tokenwire_http_ws": 0.5, "tokenwire_http_vllm": 0.7,
+           "tokenwire_http_vllm_ws": 0.5}
+
+
 def target6(api: dict[str, Any] | None) -> dict[str, Any]:
-    """Per stream count: tokenwire's front end and vLLM's API server, µs of CPU per streamed token,
-    and their ratio (below 1: tokenwire spends less)."""
+    """Per stream count and tokenwire side: its front end's µs of CPU per streamed token (median round),
+    vLLM's API server's, and their ratio: the median of the rounds' ratios (each side against vLLM in
+    the same round; below 1: tokenwire spends less) with the rounds' range, and its verdict."""
     if api is None or api.get("vllm") is None:
         return {"value": None, "note": "not run: no vLLM installation was given (--vllm-python)"}
-    tw, vl, http = api["tokenwire"], api["vllm"], api.get("tokenwire_http")
-    out: dict[str, Any] = {
-        f"cpu_us_per_token_{c}": {"tokenwire_front_end": tw[c]["api_cpu_us_per_token"],
-                                  "vllm_api_server": vl[c]["api_cpu_us_per_token"],
-                                  "ratio": round(tw[c]["api_cpu_us_per_token"]
-                                                 / max(vl[c]["api_cpu_us_per_token"], 1e-9), 3)}
-        for c in tw if c.isdigit()}
-    for c in (c for c in (http or {}) if c.isdigit() and c in vl):  # issue 40: the http:// link, SSE <= 0.7x vLLM's
-        assert http is not None
-        ratio = round(http[c]["api_cpu_us_per_token"] / max(vl[c]["api_cpu_us_per_token"], 1e-9), 3)
-        out[f"cpu_us_per_token_{c}"].update(tokenwire_http_front_end=http[c]["api_cpu_us_per_token"],
-                                            http_ratio=_verdict(ratio, 0.7))
+    vl = api["vllm"]
+    out: dict[str, Any] = {}
+    for c in (c for c in vl if c.isdigit()):
+        row: dict[str, Any] = {"vllm_api_server": vl[c]["api_cpu_us_per_token"],
+                               "vllm_rounds": vl[c]["rounds_us_per_token"]}
+        for side, target in TARGET6.items():
+            if side not in api or c not in api[side]:
+                continue
+            ratios = [round(a / max(b, 1e-9), 3) for a, b in
+                      zip(api[side][c]["rounds_us_per_token"], vl[c]["rounds_us_per_token"], strict=True)]
+            ratio = round(statistics.median(ratios), 3)
+            row[side] = {"us_per_token": api[side][c]["api_cpu_us_per_token"],
+                         "rounds": api[side][c]["rounds_us_per_token"], "ratios": ratios,
+                         "ratio": ratio if target is None else _verdict(ratio, target)}
+        out[f"cpu_us_per_token_{c}"] = row
     return out
 
 
 def targets(out: dict[str, Any]) -> dict[str, Any]:
-    by_c = {r["concurrency"]: r for r in out["streams"]["results"]}
     t: dict[str, Any] = {}
+    if "streams" not in out:  # target 6 alone
+        return {"6_vllm_api_server": target6(out.get("api_servers"))}
+    by_c = {r["concurrency"]: r for r in out["streams"]["results"]}
     for c, r in by_c.items():
         ws, sse = r["ws"], r["sse"]
         ratio = round(ws["server_cpu_us_per_token"] / sse["server_cpu_us_per_token"], 3)
@@ -316,10 +392,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--quick", action="store_true", help="fewer streams, tokens and rounds (a smoke run)")
     p.add_argument("--vllm-python", default=None,
                    help="a Python with vLLM installed: target 6, vLLM's API server beside tokenwire's front end")
+    p.add_argument("--only", choices=["6"], default=None,
+                   help="run one target alone: 6, vLLM's API server beside the front end (needs --vllm-python)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    result = run(a.quick, a.vllm_python)
+    result = run(a.quick, a.vllm_python, a.only)
     emit(result, a.out)
     return 0
 
