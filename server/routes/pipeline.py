@@ -21,7 +21,7 @@ from starlette.types import Send
 from server.errors import error_response
 from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
-from server.pipeline_stream import PipelineStream
+from server.pipeline.stream import PipelineStream
 from server.routing import Route
 from server.services import services_of
 from server.sse import DONE, sse

@@ -1,6 +1,6 @@
 """The stages a session drives, over the process's pipeline and derender service.
 
-``server.pipeline`` is the one module that chains render → generate → derender; this adapter only
+``server.pipeline`` is the one package that chains render → generate → derender; this adapter only
 gives the session one object with the five operations its frames need, each the same call the
 matching HTTP endpoint makes (so a frame's output equals the endpoint's for the same input):
 
@@ -25,7 +25,7 @@ import anyio.to_thread
 from engine.interface import EngineStream
 from engine.protocol import GenerateRequest
 from server.pipeline import Pipeline
-from server.pipeline_stream import PipelineStream, StreamEvent
+from server.pipeline.stream import PipelineStream, StreamEvent
 from server.render_work import json_size
 from server.responses import ResponsesService, ResponseStream
 from session.client_frames import Kind

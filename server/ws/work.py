@@ -16,7 +16,7 @@ import anyio
 from engine.interface import EngineOutput
 from engine.protocol import GenerateRequest, generate_response_id
 from server.generate_output import GenerateOutputs
-from server.pipeline_stream import StreamEvent  # one event type for SSE and the session
+from server.pipeline.stream import StreamEvent  # one event type for SSE and the session
 from session.actions import Start, StartDerender, StartGenerate, StartPipeline, StartRender
 from session.client_frames import Kind
 

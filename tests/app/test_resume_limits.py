@@ -16,7 +16,7 @@ import pytest
 from starlette.testclient import TestClient
 
 import server.limits
-import server.pipeline
+import server.pipeline.checkpoint
 from engine.local import LocalEngine
 from server.app import create_app
 from server.context import ServerContext
@@ -103,8 +103,8 @@ def test_a_checkpoint_past_its_window_is_refused_as_expired(app: TestClient, mon
     with _session(app) as ws:
         assert orjson.loads(ws.receive_text())["type"] == "session.created"
         _, resume = _stream_and_checkpoint(ws, 6)
-        later = types.SimpleNamespace(time=lambda: time.time() + 301)  # the pipeline's clock, 301 s on
-        monkeypatch.setattr(server.pipeline, "time", later)
+        later = types.SimpleNamespace(time=lambda: time.time() + 301)  # the checkpoints' clock, 301 s on
+        monkeypatch.setattr(server.pipeline.checkpoint, "time", later)
         frames = _resume(ws, "late", resume)
         error = frames[-1]["error"]
         assert frames[-1]["type"] == "error" and error["code"] == "bad_state" and error["reason"] == "expired", error

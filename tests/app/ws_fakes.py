@@ -16,7 +16,7 @@ from engine.protocol import GenerateRequest, SamplingParams, UsageInfo
 from server.app import create_app
 from server.context import ServerContext
 from server.gating import Gating, RouteGroup
-from server.pipeline_stream import StreamEvent as Event
+from server.pipeline.stream import StreamEvent as Event
 from server.services import build_services
 from server.settings import Mode, Settings
 from server.ws.work import Stages

@@ -1,9 +1,10 @@
-"""The digest of output token ids a resume checkpoint carries (``server.pipeline.OutputDigest``): the
-same however the ids were split into steps, different for any other ids, and small."""
+"""The digest of output token ids a resume checkpoint carries
+(``server.pipeline.checkpoint.OutputDigest``): the same however the ids were split into steps,
+different for any other ids, and small."""
 
 from __future__ import annotations
 
-from server.pipeline_stream import OutputDigest
+from server.pipeline.checkpoint import OutputDigest
 
 IDS = [9707, 11, 1070, 5, 151645, 0, 198, 151644]
 

@@ -1,40 +1,31 @@
-"""The events of one streaming pipeline (:class:`PipelineStream`), built by ``server.pipeline``.
+"""The events of one streaming pipeline (:class:`PipelineStream`), opened by ``chain.Pipeline``.
 
 What each engine output becomes is decided in one place, :meth:`PipelineStream.feed` (with
 ``start`` / ``finish`` for the events around the outputs). A stream is consumed two ways over it:
 iterated (``stream_events``: SSE, and any engine), or step-wise (:meth:`PipelineStream.listen`:
 ``feed`` runs inside the engine's own delivery on the event loop, so no task is woken per request
-per engine step). Resumable streams sign a checkpoint per event (docs/protocol.md §8), binding the
-output ids so far through :class:`OutputDigest`.
+per engine step). Resumable streams sign a checkpoint per event (``checkpoint.Checkpoints``).
+docs/serve.md, "How a request flows".
 """
 
 from __future__ import annotations
 
-import array
-import base64
 import contextlib
-import hashlib
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import anyio
 from anyio.abc import TaskGroup
 from anyio.streams.memory import MemoryObjectSendStream
 
-from engine.interface import EngineOutput, EngineStream
-from engine.protocol import GenerateRequest
+from engine.interface import Engine, EngineOutput, EngineStream
 from server import metrics
-from session.client_frames import Kind
+from server.pipeline.checkpoint import Checkpoints, OutputDigest, Resumed
+from server.pipeline.prepare import Prepared
 from session.derender import ChatDerenderer, CompletionDerenderer
 from session.derender.anthropic_out import MessageStream
 from session.derender.chat import usage_dict
-from session.protocol.anthropic import MessagesRequest
-from session.protocol.openai import ChatCompletionRequest, CompletionRequest
-
-if TYPE_CHECKING:
-    from server.pipeline import Pipeline
 
 
 @dataclass(slots=True)
@@ -51,58 +42,27 @@ class StreamEvent:
 
 
 
-@dataclass(slots=True)
-class _Prepared:
-    kind: Kind
-    body: dict[str, Any]
-    requests: list[GenerateRequest]
-    derenderers: list[ChatDerenderer | CompletionDerenderer]
-    chat: ChatCompletionRequest | None = None
-    completion: CompletionRequest | None = None
-    messages: MessagesRequest | None = None
-    include_usage: bool = False
-    created: int = 0
-    resume_events: dict[str, Any] | None = None  # Anthropic event state of a resumed messages stream
-    output_digest: OutputDigest | None = None  # of the output ids a resumed stream was given
-    context: str | None = None  # the checkpoints' request-context digest (see Pipeline._binding)
-
-
-class OutputDigest:
-    """A running digest of a stream's output token ids, the same however the ids were split into
-    steps: each id as 8 little-endian bytes into SHA-256. A checkpoint carries the first 16 bytes
-    (22 base64url characters) under its signature, so the ids a resume sends are bound to it."""
-
-    __slots__ = ("_hash",)
-
-    def __init__(self, ids: Sequence[int] = ()) -> None:
-        self._hash = hashlib.sha256(b"tokenwire-output-ids|")
-        self.update(ids)
-
-    def update(self, ids: Sequence[int]) -> None:
-        if ids:
-            self._hash.update(array.array("Q", ids).tobytes())  # OverflowError past 2**64 - 1
-
-    def digest(self) -> str:
-        return base64.urlsafe_b64encode(self._hash.copy().digest()[:16]).rstrip(b"=").decode()
-
-
 class PipelineStream:
     """The events of one streaming pipeline. Iterate :meth:`stream_events` (or :meth:`events` for
     bare payloads) exactly once, inside ``async with stream.running()``; closing the iterator aborts
-    the engine work."""
+    the engine work. ``checkpoints`` signs one per event (None: a stream without checkpoints);
+    ``resumed``: where a resumed stream starts."""
 
-    def __init__(self, pipeline: Pipeline, prep: _Prepared, *, checkpoints: bool, offsets: list[int]) -> None:
-        self.pipeline = pipeline
+    def __init__(self, engine: Engine, prep: Prepared, *, model_name: str, checkpoints: Checkpoints | None,
+                 resumed: Resumed | None = None) -> None:
+        self.engine = engine
         self.prep = prep
+        self.model_name = model_name
         self.checkpoints = checkpoints
-        self.offsets = offsets
+        self.offset = resumed.offset if resumed is not None else 0  # output ids so far (first request)
+        self._resume_events = resumed.events if resumed is not None else None  # a resumed messages stream's
         self._runs: list[_EngineRun] = []
         self._tasks: TaskGroup | None = None  # where several runs' pumps run (:meth:`running`)
         self._anthropic: MessageStream | None = None
         self._pending: dict[tuple[int, int], list[int]] = {}  # engine ids not yet covered by an event
         self._done_runs: set[int] = set()  # runs whose output is complete (finished, or a stop string)
         self._finish: tuple[str | None, Any] = (None, None)  # an Anthropic stream's finish reason
-        self._digest = prep.output_digest or OutputDigest()  # of the output ids so far (checkpoints)
+        self._digest = resumed.digest if resumed is not None else OutputDigest()  # of the output ids so far
         self._stream_id = prep.requests[0].request_id or ""
         self._n = [r.sampling_params.n for r in prep.requests]
         self._bases = [getattr(d, "index_base", 0) for d in prep.derenderers]  # choice index offsets
@@ -114,7 +74,7 @@ class PipelineStream:
     async def admit(self) -> None:
         """Start every engine request and wait for its first output, so admission errors raise
         here (before the caller commits to a stream)."""
-        engine = self.pipeline.engine
+        engine = self.engine
         try:
             for req in self.prep.requests:
                 run = _EngineRun(metrics.generate(engine, req))
@@ -173,10 +133,10 @@ class PipelineStream:
         if prep.kind != "messages":
             return []
         assert prep.messages is not None
-        shape = {"model": self.pipeline.ctx.model_name, "input_tokens": len(prep.requests[0].token_ids) - self.offsets[0],
+        shape = {"model": self.model_name, "input_tokens": len(prep.requests[0].token_ids) - self.offset,
                  "stop_sequences": list(prep.messages.stop_sequences or [])}
-        if prep.resume_events is not None:  # continue the interrupted event sequence
-            self._anthropic = MessageStream.restore(prep.resume_events, **shape)  # type: ignore[arg-type]
+        if self._resume_events is not None:  # continue the interrupted event sequence
+            self._anthropic = MessageStream.restore(self._resume_events, **shape)  # type: ignore[arg-type]
             return []
         self._anthropic = MessageStream(**shape)  # type: ignore[arg-type]
         return [StreamEvent(ev, stream_id=self._stream_id) for ev in self._anthropic.start()]
@@ -202,7 +162,7 @@ class PipelineStream:
             if step.chunk is None:
                 pending[key] = ids
                 continue
-            checkpoint = self._checkpoint(k, c.index, ids) if self.checkpoints else None
+            checkpoint = self._checkpoint(k, c.index, ids) if self.checkpoints is not None else None
             events.append(StreamEvent(step.chunk, c.index + self._bases[k], ids, checkpoint,
                                       stream_id=self._stream_id))
         return events
@@ -301,16 +261,11 @@ class PipelineStream:
         return ds[0].usage_chunk(usage_dict(prompt, completion))
 
     def _checkpoint(self, k: int, index: int, ids: list[int], *, events: dict[str, Any] | None = None) -> str | None:
-        if not self.checkpoints or k != 0 or self.prep.requests[0].sampling_params.n != 1:
+        if self.checkpoints is None or k != 0 or self.prep.requests[0].sampling_params.n != 1:
             return None
-        d = self.prep.derenderers[0]
-        self.offsets[0] += len(ids)
+        self.offset += len(ids)
         self._digest.update(ids)
-        body: dict[str, Any] = {"t": self.prep.created, "st": d.snapshot(index), "n": self.offsets[0],
-                                "h": self._digest.digest(), "x": int(time.time())}  # x: issued (resume_budget.py)
-        if events is not None:
-            body["a"] = events
-        return self.pipeline.codec.encode(self.pipeline._binding(self.prep, index), self.offsets[0], body)
+        return self.checkpoints.sign(self.prep, index, self.offset, self._digest, events=events)
 
 
 def _finished(d: ChatDerenderer | CompletionDerenderer) -> bool:
