@@ -6,94 +6,35 @@ The full rules: docs/parsers.md (the family's section: its split, state and ever
 
 from __future__ import annotations
 
-import json
 from typing import Any, ClassVar
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
-from .json_stream import JSON_WS, JsonValueStreamer, escape_lone_surrogates, is_plain
-from .schema_values import always_string, coerce, json_capable, properties_of, value_types
-from .streaming import StreamingToolParser
+from .json_stream import JsonValueStreamer, is_plain
+from .qwen3_xml_tags import (
+    FUNC,
+    FUNC_END,
+    PARAM_END,
+    PARAM_START,
+    REGEX_WS,
+    TAG_CLOSE,
+    TAG_FEND,
+    TAG_NONE,
+    TAG_OPEN,
+    TAG_PARTIAL,
+    body_tag,
+)
+from .qwen3_xml_values import VALUE_CAP, Qwen3XmlValues
 
-FUNC = "<function="
-FUNC_END = "</function>"
-PARAM_START = "<parameter="
-PARAM_END = "</parameter>"
+__all__ = ["NAME_CAP", "VALUE_CAP", "WS_CAP", "MiMoToolParser", "Qwen3XmlToolParser", "SeedOssToolParser"]
 
-# Bounds on what is held (characters): leading content whitespace, a function or parameter name,
-# a typed value before it is decided, whitespace inside one parameter tag.
+# Bounds on what is held (characters): leading content whitespace, a function or parameter name
+# (a typed value: VALUE_CAP, qwen3_xml_values.py; whitespace inside one tag: qwen3_xml_tags.py).
 WS_CAP = 64
 NAME_CAP = 128
-VALUE_CAP = 128
-TAG_WS_CAP = 16
-
-# ``\s`` as vLLM's regexes read it (the ``regex`` module: Unicode White_Space).
-_REGEX_WS = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2028\u2029\u202f\u205f\u3000") | frozenset(
-    chr(c) for c in range(0x2000, 0x200B))
-
-# What starts at a "<" inside a function body.
-_NONE, _PARTIAL, _OPEN, _CLOSE, _FEND = 0, 1, 2, 3, 4
 
 
-def _skip_ws(buf: str, j: int) -> int:
-    """Past the whitespace at ``buf[j:]``; -1 when there is more than a tag may hold."""
-    k, n = j, len(buf)
-    while k < n and buf[k] in _REGEX_WS:
-        k += 1
-    return -1 if k - j > TAG_WS_CAP else k
-
-
-def _param_tag(buf: str, i: int) -> tuple[int, int]:
-    """``<\\s*parameter\\s*=`` (_OPEN) or ``<\\s*/\\s*parameter\\s*>`` (_CLOSE) at ``buf[i]``
-    (a "<"), with where it ends; _PARTIAL when the text ends inside one; _NONE."""
-    n = len(buf)
-    j = _skip_ws(buf, i + 1)
-    if j < 0:
-        return _NONE, i
-    if j >= n:
-        return _PARTIAL, n
-    closing = buf[j] == "/"
-    if closing:
-        j = _skip_ws(buf, j + 1)
-        if j < 0:
-            return _NONE, i
-        if j >= n:
-            return _PARTIAL, n
-    word = buf[j : j + 9]
-    if not "parameter".startswith(word):
-        return _NONE, i
-    if len(word) < 9:
-        return _PARTIAL, n
-    j = _skip_ws(buf, j + 9)
-    if j < 0:
-        return _NONE, i
-    if j >= n:
-        return _PARTIAL, n
-    if buf[j] == (">" if closing else "="):
-        return (_CLOSE if closing else _OPEN), j + 1
-    return _NONE, i
-
-
-def _body_tag(buf: str, i: int, final: bool) -> tuple[int, int]:
-    """What the "<" at ``buf[i]`` starts inside a function body: ``</function>``, a parameter
-    tag, _PARTIAL (wait for more text; never when ``final``) or _NONE."""
-    if buf.startswith(FUNC_END, i):
-        return _FEND, i + len(FUNC_END)
-    kind, end = _param_tag(buf, i)
-    if kind == _PARTIAL or (kind == _NONE and FUNC_END.startswith(buf[i:])):
-        return (_NONE, i) if final else (_PARTIAL, len(buf))
-    return kind, end
-
-
-def _json_str(text: str) -> str:
-    return escape_lone_surrogates(json.dumps(text, ensure_ascii=False))
-
-
-def _dump(value: Any) -> str:
-    return escape_lone_surrogates(json.dumps(value, ensure_ascii=False))
-
-
-class Qwen3XmlToolParser(StreamingToolParser):
+class Qwen3XmlToolParser(Qwen3XmlValues):
     """Modes: ``text`` (content), ``pre`` (after ``<tool_call>``), ``name`` (after
     ``<function=``), ``args`` (the function body; ``_sub``: ``g`` between parameters, ``k`` a
     parameter name, ``v`` a value, ``x`` skipping a broken or unreported call), ``between``
@@ -353,31 +294,31 @@ class Qwen3XmlToolParser(StreamingToolParser):
                 self._value_text(buf[i : n if lt == -1 else lt])
             if lt == -1:
                 return -1
-            kind, end = _body_tag(buf, lt, final)
-            if kind == _PARTIAL:
+            kind, end = body_tag(buf, lt, final)
+            if kind == TAG_PARTIAL:
                 self._buf = buf[lt:]
                 return -1
-            if kind == _FEND:
+            if kind == TAG_FEND:
                 self._end_call()
                 return end
-            if sub == "v" and kind in (_OPEN, _CLOSE):
+            if sub == "v" and kind in (TAG_OPEN, TAG_CLOSE):
                 self._value_end()
             elif sub == "v":
                 self._value_text("<")
                 i = lt + 1
                 continue
-            if kind == _OPEN and self._sub != "x":
+            if kind == TAG_OPEN and self._sub != "x":
                 self._sub, self._key = "k", ""
                 i = end
             else:
-                i = lt + 1 if kind == _NONE else end
+                i = lt + 1 if kind == TAG_NONE else end
         return -1
 
     def _key_text(self, buf: str, i: int, final: bool) -> int:
         """A parameter name: the text up to ``>`` (leading whitespace skipped)."""
         n = len(buf)
         if not self._key:
-            while i < n and buf[i] in _REGEX_WS:
+            while i < n and buf[i] in REGEX_WS:
                 i += 1
         gt, lt = buf.find(">", i), buf.find("<", i)
         while lt != -1 and (gt == -1 or lt < gt):
@@ -399,99 +340,6 @@ class Qwen3XmlToolParser(StreamingToolParser):
     def _key_add(self, text: str) -> None:
         if text and len(self._key) < NAME_CAP:
             self._key = (self._key + text)[:NAME_CAP]
-
-    def _member(self) -> str:
-        head = ", " if self._members else "{"
-        self._members = True
-        return f"{head}{_json_str(self._key)}: "
-
-    def _types(self) -> frozenset[str] | None:
-        return value_types(properties_of(self.ctx.tools, self._fname), self._key) if self.ctx.tools else None
-
-    def _value_begins(self) -> None:
-        self._sub, self._raw, self._js, self._vstarted, self._nl = "v", "", None, not self.trim_newlines, False
-        if always_string(self._types()):
-            self._kind = "s"
-            self.add_args(self._member() + '"')
-        else:
-            self._kind = "h"
-
-    def _value_text(self, text: str) -> None:
-        if not text:
-            return
-        if not self._vstarted:
-            self._vstarted = True
-            if text[0] == "\n":
-                text = text[1:]
-                if not text:
-                    return
-        kind = self._kind
-        if kind == "s":
-            self._string_text(text)
-        elif kind == "h":
-            self._raw += text
-            if len(self._raw) > VALUE_CAP:
-                self._long_value()
-        else:
-            self._json_text(text)
-
-    def _string_text(self, text: str) -> None:
-        if self._nl:
-            text = "\n" + text
-            self._nl = False
-        if self.trim_newlines and text.endswith("\n"):
-            text = text[:-1]
-            self._nl = True
-        if text:
-            self.add_args(_json_str(text)[1:-1])
-
-    def _long_value(self) -> None:
-        """A typed value past VALUE_CAP: stream it as JSON when it may be JSON and reads as JSON so
-        far, otherwise as the string it will stay."""
-        raw, self._raw = self._raw, ""
-        if json_capable(self._types()):
-            js, out = JsonValueStreamer(), list[str]()
-            j = js.feed(raw, 0, out)
-            if not js.failed and (not js.done or not raw[j:].strip(JSON_WS)):
-                self._kind, self._js = "j", js
-                self.add_args(self._member() + "".join(out))
-                return
-        self._kind = "s"
-        self.add_args(self._member() + '"')
-        self._string_text(raw)
-
-    def _json_text(self, text: str) -> None:
-        js = self._js
-        assert js is not None
-        out: list[str] = []
-        j = 0 if js.done else js.feed(text, 0, out)
-        if out:
-            self.add_args("".join(out))
-        if js.failed or (js.done and text[j:].strip(JSON_WS)):
-            self._broken()
-
-    def _broken(self) -> None:
-        """The value can no longer become what was streamed of it: the rest of the call is dropped."""
-        self._sub, self._kind, self._js, self._raw = "x", "", None, ""
-
-    def _value_end(self) -> None:
-        kind = self._kind
-        if kind == "s":
-            self.add_args('"')
-        elif kind == "h":
-            raw = self._raw[:-1] if self.trim_newlines and self._raw.endswith("\n") else self._raw
-            self.add_args(self._member() + _dump(coerce(raw, self._types())))
-        elif kind == "j":
-            js = self._js
-            assert js is not None
-            out: list[str] = []
-            js.end(out)
-            if out:
-                self.add_args("".join(out))
-            if not js.done:
-                self._broken()
-                return
-        self._sub, self._kind, self._raw, self._js, self._nl, self._key = "g", "", "", None, False, ""
 
 
 class SeedOssToolParser(Qwen3XmlToolParser):
