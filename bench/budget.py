@@ -32,7 +32,7 @@ STAGES: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("session machine per delta (state, frame object, action)", ("Session.pipeline_delta", "Session._delta",
                                                                  "Session._do_send_delta", "Session._emit")),
     ("metrics per output", ("Generation._measure", "TokenMetrics")),
-    ("connection: readiness, end-of-tick flush", ("Connection._do", "Connection.drain", "_end_of_tick",
+    ("connection: readiness, end-of-tick flush", ("Connection._do", "Connection.carry_out", "_end_of_tick",
                                                   "_flush_ticks", "Connection._flush", "FrameWriter.ready",
                                                   "Connection._writable", "Connection._first_of_tick",
                                                   "Connection._open_tick")),

@@ -157,14 +157,14 @@ async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profi
             conn = Connection(None, Session(services.session, now=loop.time()), services.stages,  # type: ignore[arg-type]
                               direct=CountingWriter(transport))  # type: ignore[arg-type]
             conn._loop, conn._now, conn._tg = loop, loop.time, tg  # what ``run`` binds
-            conn.drain()  # session.created
+            conn.carry_out()  # session.created
             conns.append(conn)
         cpu0 = time.process_time()
         for i, conn in enumerate(conns):
             body = {"messages": [{"role": "user", "content": f"Tell me a story, number {i}."}],
                     "max_tokens": tokens, "ignore_eos": True}
             conn.session.receive_text(orjson.dumps({"type": "chat", "id": "c", "body": body}), now=loop.time())
-            conn.drain()
+            conn.carry_out()
         while len(engine.live) < streams:  # every request rendered and admitted
             await asyncio.sleep(0)
         engine.step()  # the first token: each request's task primes its stream, then listens

@@ -2,6 +2,6 @@
 
 - ``endpoint``: ``/v1/session`` — the upgrade decision (``upgrade``), then one ``Connection``
   (``server/app.py`` registers it);
-- ``connection``: one task group per connection, a single writer, bounded buffers (``outbox``);
+- ``connection``: one task group per connection, a single writer, bounded buffers (``send_queue``);
 - ``work``: one request's work against the stages (``stages``, over ``server.pipeline``).
 """

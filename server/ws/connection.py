@@ -23,7 +23,7 @@ from server import metrics
 from server.errors import to_api_error
 from server.limits import Limiter, admitted, resume_weight
 from server.shutdown import Drain
-from server.ws.outbox import Outbox
+from server.ws.send_queue import SendQueue
 from server.ws.transport import FrameWriter
 from server.ws.work import Stages, run
 from session.actions import (
@@ -74,7 +74,7 @@ class _Report:
 
     def generate_delta(self, request_id: str, chunk: dict[str, Any]) -> None:
         self._conn.session.generate_delta(request_id, chunk, now=self._conn._now())
-        self._conn.drain()
+        self._conn.carry_out()
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
                        output_token_ids: list[int] | None, stream_id: str | None) -> None:
@@ -89,11 +89,11 @@ class _Report:
                 return
         conn.session.pipeline_delta(request_id, payloads, now=conn._now(), checkpoint=checkpoint,
                                     output_token_ids=output_token_ids, stream_id=stream_id)
-        conn.drain()
+        conn.carry_out()
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None:
         self._conn.session.done(request_id, now=self._conn._now(), result=result, usage=usage)
-        self._conn.drain()
+        self._conn.carry_out()
 
 
 _open_ticks: dict[asyncio.AbstractEventLoop, list[Connection]] = {}  # sessions that sent this tick, per loop
@@ -115,7 +115,7 @@ def _flush_ticks(loop: asyncio.AbstractEventLoop) -> None:
 
 class Connection:
     def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
-                 outbox_capacity: int = 256, drain: Drain | None = None,
+                 send_queue_capacity: int = 256, shutdown: Drain | None = None,
                  limits: tuple[Limiter, str] | None = None, batch: bool = False,
                  direct: FrameWriter | None = None) -> None:
         self.websocket = websocket
@@ -127,13 +127,13 @@ class Connection:
         self._loop: asyncio.AbstractEventLoop  # the loop ``run`` runs on
         self.session = session
         self.stages = stages
-        self.outbox = Outbox(outbox_capacity)
+        self.send_queue = SendQueue(send_queue_capacity)
         self._scopes: dict[str, anyio.CancelScope] = {}
         self._tg: anyio.abc.TaskGroup | None = None
         self._close: Close | None = None
         self._timer_wake = anyio.Event()
         self._report = _Report(self)
-        self.shutdown = drain or Drain()  # graceful shutdown: no new requests while draining
+        self.shutdown = shutdown or Drain()  # graceful shutdown (server/shutdown.py): no new requests while draining
         self.limits = limits or (Limiter(), "")  # the client's rate and concurrency (server/limits.py)
 
     async def run(self) -> None:
@@ -143,14 +143,15 @@ class Connection:
         self._now = self._loop.time
         async with anyio.create_task_group() as tg:
             self._tg = tg
-            self.drain()  # session.created
+            self.carry_out()  # session.created
             tg.start_soon(self._writer)
             tg.start_soon(self._timer)
             await self._reader()
             tg.cancel_scope.cancel()  # the peer is gone: stop every request and the writer
 
     # -- carrying out the machine's actions ------------------------------------------------------
-    def drain(self) -> None:
+    def carry_out(self) -> None:
+        """Carry out the actions the machine has appended since the last call, in order."""
         for action in self.session.actions():
             self._do(action)
 
@@ -158,7 +159,7 @@ class Connection:
         if isinstance(action, Send):
             direct = self._writable()
             if direct is None:
-                self.outbox.put(action.frame)
+                self.send_queue.put(action.frame)
             elif not self._tick_open and not self.batch:  # the tick's first frame leaves at once (latency) ...
                 self._open_tick()
                 direct.write_one(self._encode(action.frame))
@@ -175,7 +176,7 @@ class Connection:
                 self._close = action
                 for scope in self._scopes.values():
                     scope.cancel()
-                self.outbox.interrupt()
+                self.send_queue.interrupt()
                 assert self._tg is not None
                 self._tg.start_soon(self._close_deadline)
         else:
@@ -186,9 +187,9 @@ class Connection:
 
     def _writable(self) -> FrameWriter | None:
         """The direct writer, where a frame may go to the transport this tick: the session writes
-        directly, is not closing, has nothing queued in its outbox, and the transport takes more."""
+        directly, is not closing, has nothing in its send queue, and the transport takes more."""
         direct = self.direct
-        if direct is None or self._close is not None or self.outbox or not direct.ready:
+        if direct is None or self._close is not None or self.send_queue or not direct.ready:
             return None
         return direct
 
@@ -206,7 +207,7 @@ class Connection:
     def _internal_error(self, exc: BaseException) -> None:
         log.error("WebSocket session %s failed; closing with 1011", self.session.session_id, exc_info=exc)
         self.session.internal_error()
-        self.drain()
+        self.carry_out()
 
     # -- tasks -------------------------------------------------------------------------------------
     async def _request(self, start: Start, scope: anyio.CancelScope) -> None:
@@ -231,20 +232,20 @@ class Connection:
                 self.session.aborted(start.id, now=self._now())
             elif error is not None:
                 self.session.failed(start.id, error_info(error), now=self._now())
-            self.drain()
+            self.carry_out()
         except Exception as exc:  # the machine refused our report: a bug on this side
             self._internal_error(exc)
 
     async def _reader(self) -> None:
         while True:
-            await self.outbox.wait_for_room()
+            await self.send_queue.wait_for_room()
             try:
                 message = await self.websocket.receive()
             except _SEND_ERRORS:
                 message = {"type": "websocket.disconnect"}
             if message["type"] == "websocket.disconnect":
                 self.session.connection_lost()
-                self.drain()
+                self.carry_out()
                 return
             try:
                 text = message.get("text")
@@ -255,14 +256,14 @@ class Connection:
                     self.session.receive_decoded(decoded, now=self._now())
                 else:
                     self.session.receive_text(text, now=self._now())
-                self.drain()
+                self.carry_out()
             except Exception as exc:
                 self._internal_error(exc)
 
     async def _writer(self) -> None:
         try:
             while self._close is None:
-                await self.outbox.wait()
+                await self.send_queue.wait()
                 await self._send_pending()
             with anyio.move_on_after(FLUSH_ON_CLOSE_S):
                 while await self._send_pending():
@@ -270,10 +271,10 @@ class Connection:
             with anyio.move_on_after(FLUSH_ON_CLOSE_S):
                 await self.websocket.close(self._close.code, self._close.reason)
         except _SEND_ERRORS:
-            # The peer went away mid-send. The reader may be waiting for room in the outbox that
-            # will never drain, so end everything here: the session is lost.
+            # The peer went away mid-send. The reader may be waiting for room in the send queue that
+            # will never empty, so end everything here: the session is lost.
             self.session.connection_lost()
-            self.drain()
+            self.carry_out()
             assert self._tg is not None
             self._tg.cancel_scope.cancel()
         finally:
@@ -304,18 +305,18 @@ class Connection:
             if self.direct.backed_up:
                 await self.direct.drained()
             frames = []
-            while taken := self.outbox.take():
+            while taken := self.send_queue.take():
                 frames += taken
             self._tick += frames
             self._flush()
             return bool(frames)
         if not self.batch:
-            frames = self.outbox.take()
+            frames = self.send_queue.take()
             for frame in frames:
                 await self._send(frame)
             return bool(frames)
         pending: list[ServerFrame] = []
-        while frames := self.outbox.take():
+        while frames := self.send_queue.take():
             pending += frames
         for message in self._messages(pending):
             await self.websocket.send_text(message.decode())
@@ -345,4 +346,4 @@ class Connection:
                 await self._timer_wake.wait()
             self._timer_wake = anyio.Event()
             self.session.tick(now=self._now())
-            self.drain()
+            self.carry_out()

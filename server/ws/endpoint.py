@@ -52,7 +52,7 @@ async def session_endpoint(websocket: WebSocket) -> None:
     metrics.session_opened()
     try:
         batch = BATCH_SUBPROTOCOL in (websocket.scope.get("subprotocols") or ())
-        await Connection(websocket, session, services.stages, drain=services.drain,
+        await Connection(websocket, session, services.stages, shutdown=services.drain,
                          limits=(services.limiter, key), batch=batch,
                          direct=frame_writer(websocket.scope)).run()
     finally:

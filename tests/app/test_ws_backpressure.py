@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from server.ws.connection import Connection
-from server.ws.outbox import Outbox
+from server.ws.send_queue import SendQueue
 from session import client_frames as f
 from session.machine import Session, SessionConfig
 from session.server_frames import ChatDelta, ChatDone, Pong
@@ -60,9 +60,9 @@ async def test_pending_deltas_of_a_request_coalesce_while_the_client_does_not_re
     async with anyio.create_task_group() as tg:
         tg.start_soon(conn.run)
         with anyio.fail_after(10):
-            while session.in_flight or conn.outbox.coalesced == 0:
+            while session.in_flight or conn.send_queue.coalesced == 0:
                 await anyio.sleep(0.01)
-        assert len(conn.outbox) <= 2  # session.created is being sent; one slot holds every delta
+        assert len(conn.send_queue) <= 2  # session.created is being sent; one slot holds every delta
         socket.reading.set()
         with anyio.fail_after(10):
             while not socket.sent or socket.sent[-1]["type"] != "chat.done":
@@ -76,11 +76,11 @@ async def test_pending_deltas_of_a_request_coalesce_while_the_client_does_not_re
     assert seqs == sorted(set(seqs))
 
 
-async def test_the_reader_stops_reading_while_unread_answers_fill_the_outbox() -> None:
+async def test_the_reader_stops_reading_while_unread_answers_fill_the_send_queue() -> None:
     pings = [text({"type": "ping", "event_id": str(i)}) for i in range(100)]
     socket = SlowSocket(pings)
     session = Session(SessionConfig(model="m", frames=frozenset()), now=0.0)
-    conn = Connection(socket, session, FakePipeline(), outbox_capacity=8)  # type: ignore[arg-type]
+    conn = Connection(socket, session, FakePipeline(), send_queue_capacity=8)  # type: ignore[arg-type]
     async with anyio.create_task_group() as tg:
         tg.start_soon(conn.run)
         await anyio.sleep(0.2)
@@ -93,8 +93,8 @@ async def test_the_reader_stops_reading_while_unread_answers_fill_the_outbox() -
     assert [fr["event_id"] for fr in socket.sent[1:]] == [str(i) for i in range(100)]
 
 
-async def test_outbox_keeps_request_order_and_sends_a_done_after_its_deltas() -> None:
-    box = Outbox()
+async def test_the_send_queue_keeps_request_order_and_sends_a_done_after_its_deltas() -> None:
+    box = SendQueue()
     box.put(ChatDelta(id="a", chunks=[{"n": 1}]))
     box.put(Pong())
     box.put(ChatDelta(id="b", chunks=[{"n": 1}]))

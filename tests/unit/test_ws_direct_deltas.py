@@ -60,7 +60,7 @@ async def _connection(*, batch: bool = False) -> tuple[Connection, RecordingWrit
     writer = RecordingWriter()
     conn = Connection(None, Session(CONFIG, now=loop.time()), None, batch=batch, direct=writer)  # type: ignore[arg-type]
     conn._loop, conn._now = loop, loop.time  # what ``run`` binds
-    conn.drain()  # session.created
+    conn.carry_out()  # session.created
     await asyncio.sleep(0)  # its tick ends
     conn.session.receive_frame(f.Chat(id="r", event_id="e", body={}), now=loop.time())
     conn.session.actions()  # the StartPipeline action: its work is what this test plays

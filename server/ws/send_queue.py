@@ -9,6 +9,7 @@
   socket while :attr:`full` (the client's unread frames hold its own sends back).
 
 Used from one event loop only; ``wait`` is the writer's, ``wait_for_room`` the reader's.
+docs/serve.md, "Inside a WebSocket session".
 """
 
 from __future__ import annotations
@@ -29,7 +30,10 @@ class _Slot:
     finals: list[ServerFrame] = field(default_factory=list)
 
 
-class Outbox:
+class SendQueue:
+    """One connection's frames waiting for its writer (while the client does not read, or without a
+    direct writer)."""
+
     def __init__(self, capacity: int = 256) -> None:
         self.capacity = capacity
         self._order: deque[ServerFrame | str] = deque()  # a frame, or the id of a request's slot
