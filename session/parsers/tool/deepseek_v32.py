@@ -16,14 +16,16 @@ differences from vLLM: docs/parsers.md, "deepseek_v32".
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from ..base import ParserContext
 from ..markers import find_first, held_suffix_len
-from .json_stream import JSON_WS, JsonValueStreamer, dumps, string_body
-from .schema_values import always_string, fit, fit_members, may_be_container, properties_of, types_of
-from .streaming import StreamingToolParser
+from .deepseek_v32_tags import WS_CAP, param_head, param_lookahead
+from .deepseek_v32_values import HOLD, DeepSeekV32Values
+from .json_stream import JsonValueStreamer, dumps, string_body
+
+__all__ = ["CALLS_END", "CALLS_START", "DSML", "HEAD_CAP", "HOLD", "INVOKE", "INVOKE_END", "LEAD_CAP", "NAME_CAP",
+           "NAME_END", "PARAM", "PARAM_END", "DeepSeekV32ToolParser"]
 
 DSML = "｜DSML｜"
 CALLS_START = f"<{DSML}function_calls>"
@@ -38,31 +40,12 @@ _LITERALS = (CALLS_START, CALLS_END, INVOKE, NAME_END, INVOKE_END, PARAM, PARAM_
 _CALL_ENDS = (INVOKE_END, CALLS_END)
 _GAP_MARKERS = (PARAM, INVOKE_END, CALLS_END)
 _VALUE_MARKERS = (PARAM_END, PARAM, INVOKE_END, CALLS_END)
-# The `regex` module's \s (Unicode White_Space), which vLLM's parameter pattern uses.
-_WS = frozenset("\t\n\x0b\x0c\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009"
-                "\u200a\u2028\u2029\u202f\u205f\u3000")
-_JSON_START = frozenset('"{[-0123456789tfnNI')
-_WRAPPERS = ("arguments", "input")
-
 # Bounds on what is held (the snapshot stays small whatever the output): a function name, a
-# parameter tag, the whitespace of a `<｜DSML｜parameter name=` lookahead, leading whitespace
-# content, and a non-string value still being decided.
+# parameter tag, leading whitespace content (the whitespace of a lookahead: WS_CAP,
+# deepseek_v32_tags.py; a non-string value still being decided: HOLD, deepseek_v32_values.py).
 NAME_CAP = 160
 HEAD_CAP = 200
-WS_CAP = 32
 LEAD_CAP = 64
-HOLD = 160
-
-
-def _key(name: str) -> str:
-    return '"' + string_body(name) + '": '
-
-
-def _loads_or_text(raw: str) -> Any:
-    try:
-        return json.loads(raw)
-    except (ValueError, RecursionError):
-        return raw
 
 
 def _safe_end(buf: str, i: int, markers: tuple[str, ...]) -> int:
@@ -70,73 +53,7 @@ def _safe_end(buf: str, i: int, markers: tuple[str, ...]) -> int:
     return len(buf) - held_suffix_len(buf[max(i, len(buf) - longest):], markers)
 
 
-def _head(text: str) -> tuple[str, str | None, int] | bool | None:
-    """Read a parameter tag after ``<｜DSML｜parameter`` as vLLM's pattern does
-    (``\\s+name="([^"]+)"(?:\\s+string="([^"]*)")?\\s*>``). Returns ``(name, string, end)``
-    when it matched (``end`` just after ``>``), ``False`` when it cannot match, ``None`` when
-    ``text`` ends before that is known."""
-    n = len(text)
-    i = 0
-    while i < n and text[i] in _WS:
-        i += 1
-    if i == 0 and n:
-        return False
-    if i >= n:
-        return None
-    if not text.startswith('name="', i):
-        return None if 'name="'.startswith(text[i:]) else False
-    i += 6
-    close = text.find('"', i)
-    if close == -1:
-        return None
-    if close == i:
-        return False
-    name = text[i:close]
-    i = close + 1
-    j = i
-    while j < n and text[j] in _WS:
-        j += 1
-    if j >= n:
-        return None
-    if text[j] == ">":
-        return name, None, j + 1
-    if j == i:
-        return False
-    if not text.startswith('string="', j):
-        return None if 'string="'.startswith(text[j:]) else False
-    j += 8
-    close = text.find('"', j)
-    if close == -1:
-        return None
-    flag = text[j:close]
-    j = close + 1
-    while j < n and text[j] in _WS:
-        j += 1
-    if j >= n:
-        return None
-    return (name, flag, j + 1) if text[j] == ">" else False
-
-
-def _lookahead(text: str) -> bool | None:
-    """Whether the text after a ``<｜DSML｜parameter`` inside a value starts with ``\\s+name=``
-    (it then ends the value): None while that is not known yet."""
-    n = len(text)
-    i = 0
-    while i < n and text[i] in _WS and i <= WS_CAP:
-        i += 1
-    if i == 0:
-        return False if n else None
-    if i > WS_CAP:
-        return False
-    if i >= n:
-        return None
-    rest = text[i : i + 5]
-    if rest == "name=":
-        return True
-    return None if "name=".startswith(rest) else False
-
-
-class DeepSeekV32ToolParser(StreamingToolParser):
+class DeepSeekV32ToolParser(DeepSeekV32Values):
     """Modes: ``text`` (content), ``between`` (after ``<｜DSML｜function_calls>`` or a call: text
     dropped until an invoke), ``name`` (the function name up to ``">``), ``args`` (inside an
     invoke; its sub-mode: ``g`` between parameters, ``h`` a parameter tag, ``v`` a value, ``k`` a dropped
@@ -200,12 +117,6 @@ class DeepSeekV32ToolParser(StreamingToolParser):
     def plain_args_guard(self) -> str:
         return "<"
 
-    # -- the schema ----------------------------------------------------------------------------
-    def _props(self, name: str) -> dict[str, Any]:
-        return properties_of(self.ctx.tools, name) if self.ctx.tools else {}
-
-    def _prop(self, key: str) -> Any:
-        return self._props(self._fn.strip()).get(key)
 
     # -- content -------------------------------------------------------------------------------
     def _text(self, text: str) -> None:
@@ -330,7 +241,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
             # sub == "v": a value, up to its end tag, the next parameter, or the end of the call
             pos, marker = find_first(buf, _VALUE_MARKERS, i)
             while marker == PARAM:
-                ahead = _lookahead(buf[pos + len(PARAM) : pos + len(PARAM) + WS_CAP + 6])
+                ahead = param_lookahead(buf[pos + len(PARAM) : pos + len(PARAM) + WS_CAP + 6])
                 if ahead is None and not final:
                     self._value_text(buf[i:pos])
                     self._buf = buf[pos:]
@@ -367,7 +278,7 @@ class DeepSeekV32ToolParser(StreamingToolParser):
         marker is read again between parameters (vLLM's pattern search goes on from there)."""
         pos, _ = find_first(buf, _CALL_ENDS, i)
         seg = buf[i : pos if pos != -1 else len(buf)]
-        got = _head(seg[: HEAD_CAP + 1])
+        got = param_head(seg[: HEAD_CAP + 1])
         if got is None and (len(seg) > HEAD_CAP or pos != -1 or final):
             got = False  # too long, or the call ends inside the tag
         if got is None:
@@ -380,92 +291,6 @@ class DeepSeekV32ToolParser(StreamingToolParser):
         self._begin_value(key, flag)
         self._sub = "v"
         return i + end
-
-    # -- values --------------------------------------------------------------------------------
-    def _begin_value(self, key: str, flag: str | None) -> None:
-        if self._wrap is not None:  # another parameter: the wrapper stays a plain member
-            wkey, wflag, wraw = self._wrap
-            self._wrap = None
-            self._member(wkey)
-            self.add_args(dumps(self._final(wkey, wflag, wraw)))
-        self._pkey, self._pstr, self._raw, self._json = key, flag, "", None
-        props = self._props(self._fn.strip())
-        if (not self._members and key in _WRAPPERS and key not in self._props(self._fn)
-                and self._props(self._fn)):
-            self._vmode = "W"
-            return
-        self._member(key)
-        prop = props.get(key) if props else None
-        if flag == "true" and always_string(types_of(prop)):
-            self._vmode = "S"
-            self.add_args('"')
-        else:
-            self._vmode = "H"
-
-    def _member(self, key: str) -> None:
-        self.add_args((", " if self._members else "") + _key(key))
-        self._members = True
-
-    def _value_text(self, text: str) -> None:
-        if not text:
-            return
-        mode = self._vmode
-        if mode == "S":
-            self.add_args(string_body(text))
-        elif mode == "J":
-            assert self._json is not None
-            if not (self._json.done or self._json.failed):
-                out: list[str] = []
-                self._json.feed(text, 0, out)
-                self.add_args("".join(out))
-        else:
-            self._raw += text
-            if mode == "H" and self._pstr != "true" and always_string(types_of(self._prop(self._pkey))):
-                first = self._raw.lstrip(JSON_WS)
-                if first and first[0] not in _JSON_START:  # not JSON: the text is a string
-                    self._vmode, raw, self._raw = "S", self._raw, ""
-                    self.add_args('"' + string_body(raw))
-                    return
-            if len(self._raw) > HOLD:
-                self._commit()
-
-    def _commit(self) -> None:
-        """A held value grew past ``HOLD``: stream it from here on (as a string, or as JSON)."""
-        raw, self._raw = self._raw, ""
-        if self._vmode == "W":
-            self._member(self._pkey)
-        first = raw.lstrip(JSON_WS)[:1]
-        as_json = first in _JSON_START if self._pstr != "true" else (
-            first in ("{", "[") and may_be_container(types_of(self._prop(self._pkey))))
-        if as_json:
-            self._vmode = "J"
-            self._json = JsonValueStreamer()
-            out: list[str] = []
-            self._json.feed(raw, 0, out)
-            self.add_args("".join(out))
-        else:
-            self._vmode = "S"
-            self.add_args('"' + string_body(raw))
-
-    def _final(self, key: str, flag: str | None, raw: str) -> Any:
-        value = raw if flag == "true" else _loads_or_text(raw)
-        prop = self._prop(key)
-        return fit(value, prop) if isinstance(prop, dict) else value
-
-    def _end_value(self) -> None:
-        mode = self._vmode
-        if mode == "S":
-            self.add_args('"')
-        elif mode == "J":
-            assert self._json is not None
-            out: list[str] = []
-            self._json.end(out)
-            self.add_args("".join(out))
-        elif mode == "H":
-            self.add_args(dumps(self._final(self._pkey, self._pstr, self._raw)))
-        elif mode == "W":
-            self._wrap = [self._pkey, self._pstr, self._raw]
-        self._vmode, self._raw, self._json, self._pkey, self._pstr = "", "", None, "", None
 
     def _end_call(self) -> None:
         if self._sub == "k":
@@ -485,20 +310,3 @@ class DeepSeekV32ToolParser(StreamingToolParser):
                 self.add_args(dumps(self._final(wkey, wflag, wraw)))
         self.add_args(tail)
         self._mode, self._sub, self._fn, self._members = "between", "g", "", False
-
-    def _unwrapped(self, key: str, flag: str | None, raw: str) -> str | None:
-        """vLLM's ``_unwrap_wrapper_args`` for a call whose only parameter is ``key``: the JSON of
-        the object inside it when every key of that object is a parameter of the function."""
-        inner: Any = raw if flag == "true" else _loads_or_text(raw)
-        if isinstance(inner, str):
-            try:
-                inner = json.loads(inner)
-            except (ValueError, RecursionError):
-                return None
-        allowed = self._props(self._fn)
-        if not isinstance(inner, dict) or not set(inner) <= set(allowed):
-            return None
-        props = self._props(self._fn.strip())
-        if props:
-            fit_members(inner, props)
-        return dumps(inner)
