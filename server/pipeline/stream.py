@@ -41,7 +41,6 @@ class StreamEvent:
     stream_id: str | None = None  # the id a resume names (the stream's request id)
 
 
-
 class PipelineStream:
     """The events of one streaming pipeline. Iterate :meth:`stream_events` (or :meth:`events` for
     bare payloads) exactly once, inside ``async with stream.running()``; closing the iterator aborts
@@ -55,7 +54,8 @@ class PipelineStream:
         self.model_name = model_name
         self.checkpoints = checkpoints
         self.offset = resumed.offset if resumed is not None else 0  # output ids so far (first request)
-        self._resume_events = resumed.events if resumed is not None else None  # a resumed messages stream's
+        # a resumed messages stream's Anthropic event state (``start`` continues it)
+        self._resume_events = resumed.events if resumed is not None else None
         self._runs: list[_EngineRun] = []
         self._tasks: TaskGroup | None = None  # where several runs' pumps run (:meth:`running`)
         self._anthropic: MessageStream | None = None
