@@ -10,7 +10,9 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag
+from pydantic import BaseModel, Discriminator, Tag
+
+from client_sdk.open_model import OpenModel, parse_by_type, type_tag
 
 __all__ = [
     "FunctionCallItem",
@@ -39,53 +41,41 @@ __all__ = [
 ]
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-def _tag(known: frozenset[str]) -> Any:
-    def tag(value: Any) -> str:
-        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-        return kind if kind in known else "unknown"
-
-    return tag
-
-
 # --- content parts -------------------------------------------------------------------------------
 
 
-class OutputText(_Open):
+class OutputText(OpenModel):
     type: Literal["output_text"] = "output_text"
     text: str
     annotations: list[Any] = []
     logprobs: list[Any] | None = None
 
 
-class Refusal(_Open):
+class Refusal(OpenModel):
     type: Literal["refusal"] = "refusal"
     refusal: str
 
 
-class ReasoningText(_Open):
+class ReasoningText(OpenModel):
     type: Literal["reasoning_text"] = "reasoning_text"
     text: str
 
 
-class UnknownContent(_Open):
+class UnknownContent(OpenModel):
     type: str
 
 
 Content = Annotated[
     Annotated[OutputText, Tag("output_text")] | Annotated[Refusal, Tag("refusal")]
     | Annotated[ReasoningText, Tag("reasoning_text")] | Annotated[UnknownContent, Tag("unknown")],
-    Discriminator(_tag(frozenset({"output_text", "refusal", "reasoning_text"}))),
+    Discriminator(type_tag(frozenset({"output_text", "refusal", "reasoning_text"}))),
 ]
 
 
 # --- output items ----------------------------------------------------------------------------------
 
 
-class ResponseMessage(_Open):
+class ResponseMessage(OpenModel):
     type: Literal["message"] = "message"
     id: str
     role: Literal["assistant"] = "assistant"
@@ -93,7 +83,7 @@ class ResponseMessage(_Open):
     content: list[Content]
 
 
-class ReasoningItem(_Open):
+class ReasoningItem(OpenModel):
     type: Literal["reasoning"] = "reasoning"
     id: str
     summary: list[Any] = []
@@ -102,7 +92,7 @@ class ReasoningItem(_Open):
     status: str | None = None
 
 
-class FunctionCallItem(_Open):
+class FunctionCallItem(OpenModel):
     type: Literal["function_call"] = "function_call"
     id: str | None = None
     call_id: str
@@ -112,29 +102,29 @@ class FunctionCallItem(_Open):
     status: str | None = None
 
 
-class UnknownItem(_Open):
+class UnknownItem(OpenModel):
     type: str
 
 
 OutputItem = Annotated[
     Annotated[ResponseMessage, Tag("message")] | Annotated[ReasoningItem, Tag("reasoning")]
     | Annotated[FunctionCallItem, Tag("function_call")] | Annotated[UnknownItem, Tag("unknown")],
-    Discriminator(_tag(frozenset({"message", "reasoning", "function_call"}))),
+    Discriminator(type_tag(frozenset({"message", "reasoning", "function_call"}))),
 ]
 
 
 # --- the response ------------------------------------------------------------------------------------
 
 
-class InputTokensDetails(_Open):
+class InputTokensDetails(OpenModel):
     cached_tokens: int = 0
 
 
-class OutputTokensDetails(_Open):
+class OutputTokensDetails(OpenModel):
     reasoning_tokens: int = 0
 
 
-class ResponseUsage(_Open):
+class ResponseUsage(OpenModel):
     input_tokens: int
     input_tokens_details: InputTokensDetails = InputTokensDetails()
     output_tokens: int
@@ -142,7 +132,7 @@ class ResponseUsage(_Open):
     total_tokens: int
 
 
-class Response(_Open):
+class Response(OpenModel):
     """A ``response`` object (the non-streaming answer of ``/v1/responses``; the ``response`` of the
     lifecycle events). The fields not listed are kept as sent."""
 
@@ -170,8 +160,21 @@ class Response(_Open):
 # --- stream events -------------------------------------------------------------------------------------
 
 
-class _Event(_Open):
+class _Event(OpenModel):
     sequence_number: int
+
+
+class _ItemEvent(_Event):
+    """An event of one output item."""
+
+    item_id: str
+    output_index: int
+
+
+class _PartEvent(_ItemEvent):
+    """An event of one content part of an output item."""
+
+    content_index: int
 
 
 class ResponseLifecycleEvent(_Event):
@@ -189,59 +192,40 @@ class ResponseOutputItemEvent(_Event):
     item: OutputItem
 
 
-class ResponseContentPartEvent(_Event):
+class ResponseContentPartEvent(_PartEvent):
     type: Literal["response.content_part.added", "response.content_part.done"]
-    item_id: str
-    output_index: int
-    content_index: int
     part: Content
 
 
-class ResponseTextDeltaEvent(_Event):
+class ResponseTextDeltaEvent(_PartEvent):
     type: Literal["response.output_text.delta"] = "response.output_text.delta"
-    item_id: str
-    output_index: int
-    content_index: int
     delta: str
     logprobs: list[Any] = []
 
 
-class ResponseTextDoneEvent(_Event):
+class ResponseTextDoneEvent(_PartEvent):
     type: Literal["response.output_text.done"] = "response.output_text.done"
-    item_id: str
-    output_index: int
-    content_index: int
     text: str
     logprobs: list[Any] = []
 
 
-class ResponseReasoningTextDeltaEvent(_Event):
+class ResponseReasoningTextDeltaEvent(_PartEvent):
     type: Literal["response.reasoning_text.delta"] = "response.reasoning_text.delta"
-    item_id: str
-    output_index: int
-    content_index: int
     delta: str
 
 
-class ResponseReasoningTextDoneEvent(_Event):
+class ResponseReasoningTextDoneEvent(_PartEvent):
     type: Literal["response.reasoning_text.done"] = "response.reasoning_text.done"
-    item_id: str
-    output_index: int
-    content_index: int
     text: str
 
 
-class ResponseFunctionCallArgumentsDeltaEvent(_Event):
+class ResponseFunctionCallArgumentsDeltaEvent(_ItemEvent):
     type: Literal["response.function_call_arguments.delta"] = "response.function_call_arguments.delta"
-    item_id: str
-    output_index: int
     delta: str
 
 
-class ResponseFunctionCallArgumentsDoneEvent(_Event):
+class ResponseFunctionCallArgumentsDoneEvent(_ItemEvent):
     type: Literal["response.function_call_arguments.done"] = "response.function_call_arguments.done"
-    item_id: str
-    output_index: int
     arguments: str
     name: str | None = None
 
@@ -253,7 +237,7 @@ class ResponseErrorEvent(_Event):
     param: str | None = None
 
 
-class UnknownResponseEvent(_Open):
+class UnknownResponseEvent(OpenModel):
     """An event type this client does not know (servers may add them)."""
 
     type: str
@@ -281,5 +265,4 @@ FINAL_EVENTS = frozenset({"response.completed", "response.incomplete", "response
 
 
 def parse_response_event(event: dict[str, Any]) -> ResponseStreamEvent:
-    cls = _EVENTS.get(str(event.get("type")), UnknownResponseEvent)
-    return cls.model_validate(event)  # type: ignore[return-value]
+    return parse_by_type(_EVENTS, UnknownResponseEvent, event)  # type: ignore[return-value]

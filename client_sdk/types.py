@@ -14,8 +14,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Discriminator, Tag
+from pydantic import BaseModel, Discriminator, Tag
 
+from client_sdk.open_model import OpenModel, parse_by_type, type_tag
 from engine.protocol import GenerateRequest, GenerateStreamResponse, UsageInfo
 from session.protocol.openai_responses import (
     ChatCompletionResponse,
@@ -65,11 +66,7 @@ __all__ = [
 ]
 
 
-class _Open(BaseModel):
-    model_config = ConfigDict(extra="allow")
-
-
-class MessageUsage(_Open):
+class MessageUsage(OpenModel):
     input_tokens: int = 0
     output_tokens: int = 0
 
@@ -77,75 +74,67 @@ class MessageUsage(_Open):
 # --- content blocks (``message.content[i]``, ``content_block_start.content_block``) ---------------
 
 
-class TextBlock(_Open):
+class TextBlock(OpenModel):
     type: Literal["text"] = "text"
     text: str
 
 
-class ThinkingBlock(_Open):
+class ThinkingBlock(OpenModel):
     type: Literal["thinking"] = "thinking"
     thinking: str
     signature: str = ""
 
 
-class RedactedThinkingBlock(_Open):
+class RedactedThinkingBlock(OpenModel):
     type: Literal["redacted_thinking"] = "redacted_thinking"
     data: str
 
 
-class ToolUseBlock(_Open):
+class ToolUseBlock(OpenModel):
     type: Literal["tool_use"] = "tool_use"
     id: str
     name: str
     input: dict[str, Any]  # {} in content_block_start; the arguments arrive as input_json_delta
 
 
-class UnknownBlock(_Open):
+class UnknownBlock(OpenModel):
     """A content block of a type this client does not know (its fields are kept)."""
 
     type: str
-
-
-def _tag(known: frozenset[str]) -> Any:
-    def tag(value: Any) -> str:
-        kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
-        return kind if kind in known else "unknown"
-
-    return tag
 
 
 ContentBlock = Annotated[
     Annotated[TextBlock, Tag("text")] | Annotated[ThinkingBlock, Tag("thinking")]
     | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")] | Annotated[ToolUseBlock, Tag("tool_use")]
     | Annotated[UnknownBlock, Tag("unknown")],
-    Discriminator(_tag(frozenset({"text", "thinking", "redacted_thinking", "tool_use"}))),
+    Discriminator(type_tag(frozenset({"text", "thinking", "redacted_thinking", "tool_use"}))),
 ]
 
 
 # --- deltas (``content_block_delta.delta``, ``message_delta.delta``) ---------------------------------
 
 
-class TextDelta(_Open):
+class TextDelta(OpenModel):
     type: Literal["text_delta"] = "text_delta"
     text: str
 
 
-class ThinkingDelta(_Open):
+class ThinkingDelta(OpenModel):
     type: Literal["thinking_delta"] = "thinking_delta"
     thinking: str
 
 
-class SignatureDelta(_Open):
+class SignatureDelta(OpenModel):
     type: Literal["signature_delta"] = "signature_delta"
     signature: str
 
 
-class InputJSONDelta(_Open):
+class InputJSONDelta(OpenModel):
     type: Literal["input_json_delta"] = "input_json_delta"
     partial_json: str
 
 
-class UnknownDelta(_Open):
+class UnknownDelta(OpenModel):
     """A delta of a type this client does not know (its fields are kept)."""
 
     type: str
@@ -155,18 +144,18 @@ BlockDelta = Annotated[
     Annotated[TextDelta, Tag("text_delta")] | Annotated[ThinkingDelta, Tag("thinking_delta")]
     | Annotated[SignatureDelta, Tag("signature_delta")] | Annotated[InputJSONDelta, Tag("input_json_delta")]
     | Annotated[UnknownDelta, Tag("unknown")],
-    Discriminator(_tag(frozenset({"text_delta", "thinking_delta", "signature_delta", "input_json_delta"}))),
+    Discriminator(type_tag(frozenset({"text_delta", "thinking_delta", "signature_delta", "input_json_delta"}))),
 ]
 
 
-class MessageDelta(_Open):
+class MessageDelta(OpenModel):
     """``message_delta.delta``: how the message ended."""
 
     stop_reason: str | None = None
     stop_sequence: str | None = None
 
 
-class MessageDeltaUsage(_Open):
+class MessageDeltaUsage(OpenModel):
     """``message_delta.usage``: the output tokens so far (other counters kept when a server sends them)."""
 
     output_tokens: int = 0
@@ -175,7 +164,7 @@ class MessageDeltaUsage(_Open):
 # --- the message and its stream events ---------------------------------------------------------
 
 
-class Message(_Open):
+class Message(OpenModel):
     """An Anthropic ``message`` (the non-streaming answer of ``/v1/messages``)."""
 
     id: str
@@ -188,39 +177,39 @@ class Message(_Open):
     usage: MessageUsage
 
 
-class MessageStartEvent(_Open):
+class MessageStartEvent(OpenModel):
     type: Literal["message_start"] = "message_start"
     message: Message
 
 
-class ContentBlockStartEvent(_Open):
+class ContentBlockStartEvent(OpenModel):
     type: Literal["content_block_start"] = "content_block_start"
     index: int
     content_block: ContentBlock
 
 
-class ContentBlockDeltaEvent(_Open):
+class ContentBlockDeltaEvent(OpenModel):
     type: Literal["content_block_delta"] = "content_block_delta"
     index: int
     delta: BlockDelta
 
 
-class ContentBlockStopEvent(_Open):
+class ContentBlockStopEvent(OpenModel):
     type: Literal["content_block_stop"] = "content_block_stop"
     index: int
 
 
-class MessageDeltaEvent(_Open):
+class MessageDeltaEvent(OpenModel):
     type: Literal["message_delta"] = "message_delta"
     delta: MessageDelta
     usage: MessageDeltaUsage | None = None
 
 
-class MessageStopEvent(_Open):
+class MessageStopEvent(OpenModel):
     type: Literal["message_stop"] = "message_stop"
 
 
-class UnknownEvent(_Open):
+class UnknownEvent(OpenModel):
     """An event type this client does not know (the protocol lets servers add them)."""
 
     type: str
@@ -237,8 +226,7 @@ _EVENTS: dict[str, type[BaseModel]] = {
 
 
 def parse_message_event(event: dict[str, Any]) -> MessageStreamEvent:
-    cls = _EVENTS.get(str(event.get("type")), UnknownEvent)
-    return cls.model_validate(event)  # type: ignore[return-value]
+    return parse_by_type(_EVENTS, UnknownEvent, event)  # type: ignore[return-value]
 
 
 @dataclass(frozen=True, slots=True)
