@@ -2,8 +2,8 @@
 
 :class:`LocalEngine` (:mod:`engine.local.engine`) loads on first access (PEP 562), so importing the
 package or its torch-free modules (``scheduler``, ``params``, ``prefix``, ``step``,
-``structured_closing``, ``grammar_bound``, ``grammar_worker``) imports no torch. The modules and
-how the engine works: docs/engine-design.md.
+``structured_closing`` with its ``_text`` and ``_walk``, ``grammar_bound``, ``grammar_worker``)
+imports no torch. The modules and how the engine works: docs/engine-design.md.
 """
 
 from __future__ import annotations
