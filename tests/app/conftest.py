@@ -1,7 +1,9 @@
 """The in-process ring: every test here runs under blockbuster, which makes a blocking call (a file
 read, ``os.stat``, ``time.sleep``, a socket read without ``await``) made on a running event loop
 raise ``BlockingError``. The app turns an exception in a route into a 500 and logs it, so the
-fixture also fails the test when any such error was logged, whatever the test asserts."""
+fixture also fails the test when any such error was logged, whatever the test asserts. A test here
+that runs past ``RING_TIMEOUT_S`` fails (no process to wait for: the slowest take about 12 s),
+unless it sets its own ``pytest.mark.timeout``; the suite's default elsewhere is pyproject's."""
 
 from __future__ import annotations
 
@@ -10,6 +12,16 @@ from collections.abc import Iterator
 
 import pytest
 from blockbuster import BlockingError, blockbuster_ctx
+
+RING_TIMEOUT_S = 60
+
+_HERE = __file__.rsplit("/", 1)[0]
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if str(item.path).startswith(_HERE) and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(RING_TIMEOUT_S))
 
 
 class _Blocked(logging.Handler):

@@ -1,4 +1,5 @@
-"""The in-process ring's guard (tests/app/conftest.py) catches a blocking call on the event loop."""
+"""The in-process ring's guards (tests/app/conftest.py): a blocking call on the event loop is caught,
+and a test gets the ring's short timeout."""
 
 from __future__ import annotations
 
@@ -20,3 +21,10 @@ def test_a_route_that_sleeps_on_the_loop_raises_blocking_error() -> None:
 
     with TestClient(Starlette(routes=[Route("/", sleeps)])) as client, pytest.raises(BlockingError):
         client.get("/")
+
+
+def test_a_test_of_the_ring_gets_the_ring_timeout(request: pytest.FixtureRequest) -> None:
+    from tests.app.conftest import RING_TIMEOUT_S
+
+    marker = request.node.get_closest_marker("timeout")
+    assert marker is not None and marker.args == (RING_TIMEOUT_S,) and RING_TIMEOUT_S < 300
