@@ -216,8 +216,9 @@ class ResponsesService:
         return event_log.after(-1 if after is None else after)
 
     async def input_tokens(self, body: dict[str, Any]) -> int:
-        """``POST /v1/responses/input_tokens``: the prompt length the request renders to."""
-        prep = await self.prepare(body, stream=False)
+        """``POST /v1/responses/input_tokens``: the prompt length the request renders to (a
+        ``background`` field counts as any other: nothing runs)."""
+        prep = await self.prepare(body, stream=False, background=True)
         chat = validate(ChatCompletionRequest, prep.chat.body)
         ids = await _renaming(render_work(self.pipeline.renderer.tokenize_chat, chat, json_size(body)))
         return len(ids)

@@ -34,7 +34,7 @@ async def started(seat: Seat) -> None:
 
 async def _answer_metrics(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     try:
-        writer.write(await asyncio.to_thread(metrics.exposition))  # it reads /proc files
+        writer.write(metrics.exposition())
         await writer.drain()
     finally:
         writer.close()
@@ -59,10 +59,9 @@ async def gathered_metrics(seat: Seat) -> bytes:
     texts: list[tuple[int, bytes | None]] = []
     others = await asyncio.gather(*(_read_worker(seat.folder / f"{k}.sock") for k in range(seat.count)
                                     if k != seat.index))
-    own = await asyncio.to_thread(metrics.exposition)
     it = iter(others)
     for k in range(seat.count):
-        texts.append((k, own if k == seat.index else next(it)))
+        texts.append((k, metrics.exposition() if k == seat.index else next(it)))
     return await asyncio.to_thread(merge_expositions, [(k, t) for k, t in texts if t is not None])
 
 

@@ -3,8 +3,6 @@ every worker's, labelled (server/workers.py)."""
 
 from __future__ import annotations
 
-import asyncio
-
 from starlette.requests import Request
 from starlette.responses import Response
 
@@ -18,8 +16,7 @@ async def metrics(request: Request) -> Response:
     seat = getattr(request.app.state, "worker_seat", None)
     if seat is not None:  # one of --workers N: every worker's samples, labelled worker="K"
         return Response(await gathered_metrics(seat), media_type=m.CONTENT_TYPE)
-    # off the event loop: the process collector reads /proc files
-    return Response(await asyncio.to_thread(m.exposition), media_type=m.CONTENT_TYPE)
+    return Response(m.exposition(), media_type=m.CONTENT_TYPE)
 
 
 def routes() -> list[Route]:

@@ -28,3 +28,13 @@ def test_a_test_of_the_ring_gets_the_ring_timeout(request: pytest.FixtureRequest
 
     marker = request.node.get_closest_marker("timeout")
     assert marker is not None and marker.args == (RING_TIMEOUT_S,) and RING_TIMEOUT_S < 300
+
+
+def test_metrics_are_collected_on_the_loop_they_count() -> None:
+    # /metrics runs on the event loop (the loop's own task count is read there) and passes the guard
+    from server.app import create_app
+    from tests.app.ws_fakes import make_ctx
+
+    with TestClient(create_app(make_ctx())) as client:
+        text = client.get("/metrics").text
+    assert "tokenwire_event_loop_tasks " in text and "process_resident_memory_bytes " in text

@@ -144,5 +144,8 @@ def test_input_tokens_equal_the_prompt_the_response_used(front: TestClient, engi
     assert count.object == "response.input_tokens"
     r = client.responses.create(**kwargs)
     assert r.usage is not None and count.input_tokens == r.usage.input_tokens == len(engine.requests[-1]["token_ids"])
+    # background: true counts as any request (nothing runs)
+    r2 = front.post("/v1/responses/input_tokens", json={**kwargs, "background": True})
+    assert r2.status_code == 200 and r2.json()["input_tokens"] == count.input_tokens, r2.text
     bad = front.post("/v1/responses/input_tokens", json={"input": [{"type": "nope"}]})
     assert bad.status_code == 400 and bad.json()["error"]["param"] == "input.0"

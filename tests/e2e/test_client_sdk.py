@@ -47,7 +47,8 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
 @pytest.fixture(scope="module")
 def tool_server(asset: Callable[[str], Path], tokenizer: Callable[[str], Any]) -> Iterator[ServerProcess]:
     ids = tokenizer("qwen3").encode(TOOL_SCRIPT, add_special_tokens=False)
-    with ScriptedEngine(ids, step=2) as engine, ServerProcess(
+    # paced as a real engine's steps are (events sent at once reach the front end in one read)
+    with ScriptedEngine(ids, step=2, interval_s=0.05) as engine, ServerProcess(
             ["launch", "render", str(asset("qwen3")), "--engine-url", engine.url, "--tool-call-parser", "hermes",
              "--enable-auto-tool-choice", "--reasoning-parser", "qwen3"]) as srv:
         yield srv
