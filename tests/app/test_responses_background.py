@@ -8,8 +8,6 @@ one's, and its text is the uninterrupted stream's."""
 
 from __future__ import annotations
 
-import socket
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +15,6 @@ import httpx
 import openai
 import orjson
 import pytest
-import uvicorn
 from openai.types.responses import (
     Response,
     ResponseCompletedEvent,
@@ -29,28 +26,13 @@ from pydantic import TypeAdapter
 from starlette.testclient import TestClient
 
 from server.app import create_app
-from server.context import ServerContext, create_engine
-from server.gating import decide
-from server.settings import Mode, Settings
-from tests.conftest import asset_path, tokenizer_of
+from tests.support.responses_front import ids_of, on_socket, render_context, sdk, sse_events
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.waiting import wait_until
 
-SECRET = b"test-state-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 EVENTS: TypeAdapter[Any] = TypeAdapter(ResponseStreamEvent)
 TEXT = "<think>\nThe user wants a story.\n</think>\n\nOnce upon a time a robot learned to paint.<|im_end|>"
 
-
-def ids_of(text: str) -> list[int]:
-    return list(tokenizer_of("qwen3").encode(text, add_special_tokens=False))
-
-
-def context_of(engine: ScriptedEngine, **extra: Any) -> ServerContext:
-    settings = Settings(mode=Mode.RENDER, model_dir=asset_path("qwen3"), served_model_name="qwen3", environ={},
-                        engine_url=engine.url, reasoning_parser="qwen3", state_secret=SECRET, **extra)
-    return ServerContext(settings=settings, gating=decide(Mode.RENDER, {}, has_engine_url=True),
-                         tokenizer=tokenizer_of("qwen3"), max_model_len=4096,
-                         engine=create_engine(settings, 4096))
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +43,7 @@ def engine() -> Iterator[ScriptedEngine]:
 
 @pytest.fixture(scope="module")
 def front(engine: ScriptedEngine) -> Iterator[TestClient]:
-    with TestClient(create_app(context_of(engine))) as client:
+    with TestClient(create_app(render_context(engine))) as client:
         yield client
 
 
@@ -72,9 +54,6 @@ def behaving(engine: ScriptedEngine) -> Iterator[ScriptedEngine]:
     engine.fault = None
 
 
-def sdk(client: TestClient) -> openai.OpenAI:
-    return openai.OpenAI(base_url=str(client.base_url) + "/v1", api_key="none", http_client=client, max_retries=0)
-
 
 def first_id(events: list[Any]) -> str:
     """The response id of a stream's first event (``response.created``)."""
@@ -82,12 +61,6 @@ def first_id(events: list[Any]) -> str:
     assert isinstance(created, ResponseCreatedEvent)
     return created.response.id
 
-
-def sse_events(text: str) -> list[dict[str, Any]]:
-    names = [line[7:] for line in text.split("\n") if line.startswith("event: ")]
-    events = [orjson.loads(line[6:]) for line in text.split("\n") if line.startswith("data: ")]
-    assert names == [e["type"] for e in events]
-    return events
 
 
 def without_ids(event: dict[str, Any]) -> bytes:
@@ -206,7 +179,7 @@ def test_a_finished_response_s_log_is_dropped_after_its_time(front: TestClient, 
 
 def test_a_response_running_on_another_front_end_is_a_409(engine: ScriptedEngine, front: TestClient) -> None:
     """Two front ends sharing one store (as over Redis): the one not running it says so."""
-    with TestClient(create_app(context_of(engine))) as other:
+    with TestClient(create_app(render_context(engine))) as other:
         other.app.state.services.responses.store = front.app.state.services.responses.store  # type: ignore[attr-defined]
         engine.fault = "hang_after_one"
         try:
@@ -238,7 +211,7 @@ def test_a_deleted_background_response_is_stopped_and_its_events_are_gone(front:
 
 
 def test_too_many_background_responses_are_refused(engine: ScriptedEngine) -> None:
-    with TestClient(create_app(context_of(engine, max_concurrent_requests=1))) as small:
+    with TestClient(create_app(render_context(engine, max_concurrent_requests=1))) as small:
         engine.fault = "hang_after_one"
         try:
             first = small.post("/v1/responses", json={"input": "A story?", "background": True})
@@ -260,18 +233,8 @@ def test_too_many_background_responses_are_refused(engine: ScriptedEngine) -> No
 
 @pytest.fixture(scope="module")
 def served(engine: ScriptedEngine) -> Iterator[str]:
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(create_app(context_of(engine)), log_level="critical", lifespan="on",
-                                           timeout_graceful_shutdown=1))
-    thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
-    thread.start()
-    try:
-        wait_until(lambda: server.started, "the front end to start", timeout=60, interval=0.01)
-        yield f"http://127.0.0.1:{sock.getsockname()[1]}"
-    finally:
-        server.should_exit = True
-        thread.join(10)
+    with on_socket(create_app(render_context(engine))) as url:
+        yield url
 
 
 def test_a_dropped_stream_runs_on_and_a_resumed_one_follows_it_live_to_its_cancel(
