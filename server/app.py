@@ -63,8 +63,9 @@ def all_routes() -> list[Route]:
     return [route for routes in ROUTE_LISTS for route in routes()]
 
 
-def enabled_routes(ctx: ServerContext) -> list[Route]:
-    return [r for r in all_routes() if r.group in ctx.gating]
+def enabled_routes(ctx: ServerContext, every: list[Route] | None = None) -> list[Route]:
+    """The routes ``ctx`` turns on, of ``every`` (else of :func:`all_routes`)."""
+    return [r for r in (all_routes() if every is None else every) if r.group in ctx.gating]
 
 
 def _wrap(route: Route) -> Any:
@@ -127,7 +128,7 @@ def create_app(ctx: ServerContext, services: Services | None = None) -> Starlett
     if services is None:
         services = build_services(ctx)  # raises ValueError for a configuration it refuses
     every = all_routes()  # built once: the playground's routes read its files
-    enabled = [r for r in every if r.group in ctx.gating]
+    enabled = enabled_routes(ctx, every)
     routes: list[Any] = [StarletteRoute(r.path, _wrap(r), methods=list(r.methods)) for r in enabled]
     routes += [WebSocketRoute(path, endpoint) for path, endpoint, group in WEBSOCKET_ROUTES if group in ctx.gating]
 
