@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tests.unit.test_import_rules import ROOT, _imports
+from tests.unit.import_graph import ROOT, direct_imports
 
 FIRST_PARTY = ("client_sdk", "session", "engine", "server")
 HEAVY = ("torch", "transformers", "tokenizers", "jinja2", "server", "engine.local")
@@ -59,7 +59,7 @@ def client_closure() -> set[str]:
         todo += [".".join(parts[:k]) for k in range(1, len(parts))]
         path = module_file(name)
         assert path is not None, name
-        for imported in _imports(path):
+        for imported in direct_imports(path):
             if imported.split(".")[0] in FIRST_PARTY:
                 module = first_party_module(imported)
                 assert module is not None, f"{path.relative_to(ROOT)} imports {imported}, which does not exist"
@@ -79,7 +79,7 @@ def test_none_of_the_distributed_modules_imports_the_heavy_packages_or_the_serve
     bad = []
     for rel in backend().files():
         if rel.endswith(".py"):
-            for name in _imports(ROOT / rel):
+            for name in direct_imports(ROOT / rel):
                 if any(name == h or name.startswith(h + ".") for h in HEAVY):
                     bad.append(f"{rel} imports {name}")
     assert bad == []
@@ -90,7 +90,7 @@ def test_the_requirements_are_exactly_the_third_party_packages_the_modules_impor
     used: set[str] = set()
     for rel in b.files():
         if rel.endswith(".py"):
-            for name in _imports(ROOT / rel):
+            for name in direct_imports(ROOT / rel):
                 top = name.split(".")[0]
                 if top and top not in sys.stdlib_module_names and top not in FIRST_PARTY and top != "__future__":
                     used.add(DIST_OF_IMPORT.get(top, top))
