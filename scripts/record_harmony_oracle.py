@@ -9,7 +9,7 @@ below, encodes each with the harmony library's encoding (special tokens as token
 for each of the four parser configurations (reasoning parser on/off × tool parser on/off) vLLM's
 non-streaming ``parse`` and its one-token-per-call ``parse_delta`` answer, folded.
 
-Writes ``tests/data/vllm/harmony_oracle.json``, read by ``tests/unit/test_parsers_harmony.py``
+Writes ``tests/data/vllm/harmony_oracle.json``, read by ``tests/session/parsers/test_parsers_harmony.py``
 (the in-process unit oracle; the served derender parity is ``cases/gpt_oss.json``).
 """
 

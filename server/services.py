@@ -7,7 +7,7 @@ WebSocket session's stages and configuration, the limiter, the drain state and t
 service (with its store). The app holds them
 (``app.state.services``); a route or the WebSocket endpoint reads its own with :func:`services_of`
 and the context with :func:`ctx_of`. Nothing here imports a route module: routes depend on
-services, never the other way round (tests/unit/test_import_rules.py).
+services, never the other way round (tests/project/test_import_rules.py).
 
 Built up front, a configuration the process refuses stops start-up with a ``ValueError`` (the CLI
 prints it and exits 2): a ``--chat-template`` that does not compile, an unknown parser name where

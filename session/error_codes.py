@@ -3,7 +3,7 @@
 The session machine stamps its ``error`` frames from :data:`STATUS_OF`, the server names the code of
 an error it translated from an HTTP status with :func:`code_for_status`, and ``client_sdk`` does the
 same for an error that came back over HTTP (its fallback transport, a refused upgrade), so a problem
-carries the same code on every path. ``tests/unit/test_error_codes.py`` checks this table against
+carries the same code on every path. ``tests/session/test_error_codes.py`` checks this table against
 docs/protocol.md §7.
 """
 

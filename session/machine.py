@@ -107,7 +107,7 @@ TRANSITIONS: dict[tuple[State, Event], tuple[State, str]] = {
     # (R.IDLE, DELTA | DONE | FAILED | ABORTED) are illegal: work reported for no request.
 }
 # What ``Session._delta`` does without looking it up: a delta of a running request in an open session
-# is dispatched and sent, and changes no state (tests/unit/test_session_machine.py holds it to the table).
+# is dispatched and sent, and changes no state (tests/session/test_session_machine.py holds it to the table).
 _FAST_DELTA: dict[tuple[State, Event], tuple[State, str]] = {
     (S.OPEN, E.WORK): (S.OPEN, "dispatch"), (R.RUNNING, E.DELTA): (R.RUNNING, "send_delta")}
 

@@ -1,7 +1,7 @@
 """PEP 517 build backend of ``tokenwire-client``: the Python client SDK alone, without the server.
 
 Built from the repository's own files: ``client_sdk`` whole and exactly the ``session`` / ``engine``
-modules it imports (:data:`MODULES`, checked by ``tests/unit/test_client_dist.py``), requirements
+modules it imports (:data:`MODULES`, checked by ``tests/client_sdk/test_client_dist.py``), requirements
 and version read from ``pyproject.toml``, a reproducible wheel with no build dependencies. How and
 why: docs/client.md, "The client-only distribution".
 """

@@ -2,4 +2,4 @@
 ``server/app.py`` lists the modules explicitly and registers the routes whose group the gating
 enables. A route module takes what it serves from the process's services (``server/services.py``,
 built once at start-up) and imports no other route module; nothing outside ``server/routes/`` but
-the app imports one (tests/unit/test_import_rules.py)."""
+the app imports one (tests/project/test_import_rules.py)."""

@@ -17,7 +17,7 @@ __all__ = ["DATE_ENV", "SYSTEM_INSTRUCTIONS_ENV", "FormattingToken", "HarmonyPro
            "harmony_messages", "is_harmony_model_type", "json_display", "render_pieces", "render_text",
            "schema_to_typescript", "tools_section"]
 
-_float = json_float  # the name tests/unit/test_render_harmony.py imports
+_float = json_float  # the name tests/session/render/test_render_harmony.py imports
 
 DATE_ENV = "VLLM_SYSTEM_START_DATE"  # vLLM's pin for the "Current date" line
 SYSTEM_INSTRUCTIONS_ENV = "VLLM_GPT_OSS_HARMONY_SYSTEM_INSTRUCTIONS"

@@ -8,7 +8,7 @@ function (``"auto"`` only with a ``strict`` tool or ``parallel_tool_calls: false
 ``to=functions.NAME`` messages (``get_harmony_structural_tag`` through
 ``DelegatingParser._apply_structural_tag``). This module builds the same tags as plain dicts and
 serializes them as vLLM does (``json.dumps(StructuralTag.model_dump())``), so the ``structural_tag``
-string render writes is vLLM's byte for byte (``tests/unit/test_harmony_structured.py`` against
+string render writes is vLLM's byte for byte (``tests/engine/local/test_harmony_structured.py`` against
 answers recorded from vLLM). The rules: docs/render.md, "gpt-oss (harmony)", "Structured outputs".
 """
 

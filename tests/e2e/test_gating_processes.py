@@ -45,7 +45,7 @@ def _exists(url: str, path: str) -> bool:
 # the settings that start a server, a process runs one per way the environment reaches the routes
 # (unset, the variable, its alias, the flag; 0 in plain serve) where the outcome differs by mode;
 # the settings that only repeat one of these (agreeing alias, the alias in a dedicated mode) are
-# decided by the same `server.gating` function, which tests/unit/test_gating.py checks on the
+# decided by the same `server.gating` function, which tests/server/test_gating.py checks on the
 # whole matrix. Each server start costs ~10 s of CI time.
 SERVED = {
     Mode.SERVE: {"unset", "zero", "one", "alias", "alias-zero", "flag"},

@@ -5,7 +5,7 @@ SSE; eight requests are aborted midway (four by closing the connection, four thr
 ``/abort_requests``). Every other request must get exactly the tokens it gets when run alone,
 the aborted ones a prefix of theirs ending in an abort, and afterwards the engine must hold no
 sequence. fp32, so that sharing the batch cannot change a greedy argmax (see
-``tests/unit/test_engine_parity.py``).
+``tests/engine/local/test_engine_parity.py``).
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
     # No prefix cache: a prompt that reuses cached blocks is prefilled in other shapes than when it
     # runs alone, which moves the logits by an ulp and can flip a seeded draw on this random model;
     # this test is about requests not leaking into each other (the cache's own exactness tests are
-    # tests/unit/test_engine_prefix.py).
+    # tests/engine/local/test_engine_prefix.py).
     with ServerProcess(["serve", str(asset(MODEL)), "--tokens-only", "--dtype", "float32", "--max-num-seqs", "32"],
                        env={"TOKENWIRE_PREFIX_CACHE_MB": "0"}, startup_timeout=180) as srv:
         yield srv

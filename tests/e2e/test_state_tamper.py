@@ -7,7 +7,7 @@ Every tampered state is refused before any of it is used, with the same message 
 step does not use up the real state: the stream continues with it. Replayed and reordered states
 are refused by a WebSocket session (it remembers the streams it served); over HTTP, which keeps no
 memory, they are accepted and give the same continuation again (docs/derender.md), never another
-request's. The codec's own unit tests (``tests/unit/test_state_codec.py``) cover the same cases
+request's. The codec's own unit tests (``tests/session/test_state_codec.py``) cover the same cases
 without a server.
 """
 

@@ -22,7 +22,7 @@ from session.render.harmony import HarmonyRender
 from session.render.renderer import Renderer
 from tests.conftest import tokenizer_of
 
-DATA = json.loads((Path(__file__).resolve().parents[1] / "data/vllm/harmony_structured/vllm.json")
+DATA = json.loads((Path(__file__).resolve().parents[2] / "data/vllm/harmony_structured/vllm.json")
                   .read_text(encoding="utf-8"))
 CASES = DATA["cases"]
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
-from tests.unit.import_graph import (
+from tests.project.import_graph import (
     ROOT,
     all_imports,
     cycles,
@@ -120,8 +120,8 @@ def test_importing_client_sdk_loads_neither_torch_nor_transformers() -> None:
 TORCH_FREE_ENGINE_MODULES = ("engine.local", "engine.local.scheduler", "engine.local.params",
                              "engine.local.prefix", "engine.local.step", "engine.local.structured_closing",
                              "engine.local.grammar_bound", "engine.local.grammar_worker", "engine.outbox")
-TORCH_FREE_TESTS = ("tests.unit.test_engine_scheduler", "tests.unit.test_engine_params",
-                    "tests.unit.test_engine_outbox", "tests.unit.test_engine_stream")
+TORCH_FREE_TESTS = ("tests.engine.local.test_engine_scheduler", "tests.engine.local.test_engine_params",
+                    "tests.engine.test_engine_outbox", "tests.engine.test_engine_stream")
 
 
 def _without_torch(code: str) -> subprocess.CompletedProcess[str]:
@@ -172,7 +172,7 @@ LAZY_IMPORTS = {
     ("server/assets/tiny_vl.py", "transformers"): "builds the tiny vision model: transformers only while building",
     ("server/assets/tokenizers.py", "transformers"): "builds a tokenizer asset: transformers only while building",
     ("server/assets/tokenizers.py", "tokenizers"): "the Rust tokenizers library, only while building a tokenizer "
-                                                   "asset: importing server.assets stays light (tests/unit/test_assets.py)",
+                                                   "asset: importing server.assets stays light (tests/server/assets/test_assets.py)",
     ("server/assets/models.py", "tokenizers"): "the Rust tokenizers library, only while building the default model",
     ("server/assets/tokenizers.py", "gguf"): "reads a GGUF vocabulary while building a tokenizer asset (gguf "
                                              "loads numpy: half a second, for `tokenwire --help` too)",

@@ -12,7 +12,7 @@ import pytest
 
 from engine.local.omp import prefer_passive_wait, wait_policy
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def _env(**extra: str) -> dict[str, str]:

@@ -17,7 +17,7 @@ from session.errors import DerenderError
 from session.protocol.openai import ChatCompletionRequest
 from session.protocol.openai_responses import ChatCompletionResponse, ChatCompletionStreamResponse
 
-SAMPLES = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "derender_samples.json").read_text())
+SAMPLES = json.loads((Path(__file__).parents[2] / "data" / "vllm" / "derender_samples.json").read_text())
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 TIME = {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object"}}}
 CALL = '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris"}}\n</tool_call>'

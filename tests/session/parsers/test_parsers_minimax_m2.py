@@ -232,7 +232,7 @@ def test_append_think_puts_everything_in_the_content(text: str) -> None:
 
 
 # -- the recorded vLLM answers, through the parsers -------------------------------------------------
-RECORDED = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "parsers" / "minimax_m2.json").read_text("utf-8"))
+RECORDED = json.loads((Path(__file__).parents[2] / "data" / "vllm" / "parsers" / "minimax_m2.json").read_text("utf-8"))
 
 
 class _NoReasoning(ReasoningParser):

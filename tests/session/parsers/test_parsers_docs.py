@@ -9,7 +9,7 @@ import pytest
 
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 
-DOCS = (Path(__file__).parents[2] / "docs" / "parsers.md").read_text(encoding="utf-8")
+DOCS = (Path(__file__).parents[3] / "docs" / "parsers.md").read_text(encoding="utf-8")
 
 
 def _table_names(heading: str) -> list[str]:

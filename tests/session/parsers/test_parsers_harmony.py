@@ -24,9 +24,9 @@ from session.parsers.harmony import (
     parse_header,
 )
 from session.parsers.tool.json_stream import ascii_body, is_plain_without
-from tests.unit.parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
+from tests.session.parsers.parsers_harness import Split, fold, one_shot, random_splits, split_at, streamed
 
-ORACLE = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "harmony_oracle.json").read_text(encoding="utf-8"))
+ORACLE = json.loads((Path(__file__).parents[2] / "data" / "vllm" / "harmony_oracle.json").read_text(encoding="utf-8"))
 CONFIGS = {"none": (False, False), "r": (True, False), "t": (False, True), "rt": (True, True)}
 CTX = ParserContext()
 

@@ -1,6 +1,6 @@
 """The project's module graph, read from its sources (``import`` statements, those inside
-functions and under ``if TYPE_CHECKING:`` included): what tests/unit/test_import_rules.py and
-tests/unit/test_private_names.py check."""
+functions and under ``if TYPE_CHECKING:`` included): what tests/project/test_import_rules.py and
+tests/project/test_private_names.py check."""
 
 from __future__ import annotations
 

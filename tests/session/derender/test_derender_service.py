@@ -23,7 +23,7 @@ from session.protocol.openai_responses import (
 )
 from session.state import StateCodec
 
-SAMPLES = json.loads((Path(__file__).parents[1] / "data" / "vllm" / "derender_samples.json").read_text())
+SAMPLES = json.loads((Path(__file__).parents[2] / "data" / "vllm" / "derender_samples.json").read_text())
 MAX_LEN = 64
 SECRET = b"service-secret-0123456789-abcdefghijklmnopqrstuvwxyz"
 

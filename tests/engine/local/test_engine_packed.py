@@ -192,7 +192,7 @@ def test_packing_lets_go_of_the_checkpoint_mapping(asset: Callable[[str], Path])
             "gc.collect()\n"
             "print(before, mapped())\n")
     proc = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True,
-                          cwd=Path(__file__).resolve().parents[2], timeout=300)
+                          cwd=Path(__file__).resolve().parents[3], timeout=300)
     assert proc.returncode == 0, proc.stderr
     packed, counts = proc.stdout.split("\n")[:2]
     before, after = map(int, counts.split())

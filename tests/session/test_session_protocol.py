@@ -12,7 +12,7 @@ from session.actions import Close, Send, Start, StartGenerate, StartPipeline, St
 from session.errors import StateError
 from session.machine import Session, SessionConfig
 from session.state_ledger import StateTag
-from tests.unit.session_pair import ALL_FRAMES, Pair, ServerSide
+from tests.session.session_pair import ALL_FRAMES, Pair, ServerSide
 
 
 def hold(start: Start) -> list[tuple[Any, ...]]:

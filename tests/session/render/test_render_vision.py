@@ -34,7 +34,7 @@ from tests.support.vision import (
     reference_processor,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 IMAGE_PAD = 151655
 
 

@@ -409,7 +409,7 @@ def test_import_is_light() -> None:
     code = ("import sys, server.assets; bad = [m for m in ('torch', 'transformers', 'tokenizers', 'gguf') "
             "if m in sys.modules]; assert not bad, bad")
     subprocess.run([sys.executable, "-c", code], check=True, env={**os.environ},
-                   cwd=str(Path(__file__).resolve().parents[2]))
+                   cwd=str(Path(__file__).resolve().parents[3]))
 
 
 def test_download_works_when_stderr_is_not_a_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,

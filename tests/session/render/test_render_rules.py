@@ -1,5 +1,5 @@
 """vLLM's render rules, one behaviour per test, on a real tokenizer (qwen3); the lengths, truncation,
-the assistant mask and token offsets: tests/unit/test_render_rules_lengths.py."""
+the assistant mask and token offsets: tests/session/render/test_render_rules_lengths.py."""
 
 from __future__ import annotations
 

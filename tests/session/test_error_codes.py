@@ -17,7 +17,7 @@ from session import error_codes
 from session import server_frames as sf
 from session.error_codes import CODE_OF_STATUS, STATUS_OF, code_for_status
 from session.machine import Send, Session, SessionConfig
-from tests.unit.import_graph import ROOT
+from tests.project.import_graph import ROOT
 
 # Statuses outside the table, which fall back to internal_error / invalid_request.
 OTHER_STATUSES = (405, 408, 409, 415, 418, 501, 507)

@@ -1,4 +1,4 @@
-"""What the render-rule tests share (tests/unit/test_render_rules.py, test_render_rules_lengths.py):
+"""What the render-rule tests share (tests/session/render/test_render_rules.py, test_render_rules_lengths.py):
 the qwen3 tokenizer (the ``qwen`` fixture, taken by name), a Renderer on it, requests, and a chat
 template that marks the assistant's tokens with ``{% generation %}``."""
 

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
-from tests.unit.import_graph import ROOT, direct_imports
+from tests.project.import_graph import ROOT, direct_imports
 
 FIRST_PARTY = ("client_sdk", "session", "engine", "server")
 HEAVY = ("torch", "transformers", "tokenizers", "jinja2", "server", "engine.local")

@@ -12,7 +12,7 @@ from session.errors import RenderError
 from session.protocol import ChatCompletionRequest
 from session.render import Renderer
 from tests.conftest import TOKENIZERS
-from tests.unit.render_conversations import CASES, Case
+from tests.session.render.render_conversations import CASES, Case
 
 MAX_MODEL_LEN = 16384
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from collections.abc import Collection
 
-from tests.unit.import_graph import (
+from tests.project.import_graph import (
     ROOT,
     all_imports,
     project_files,
