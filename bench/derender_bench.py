@@ -20,10 +20,12 @@ validation included):
 - one HTTP stream, one token per call, against a real ``tokenwire launch render`` process, on a
   stream shaped like vLLM's reference (2,960 tokens: 2,015 of thinking, 508 of content, a 408-token
   tool-call argument);
-- per parser family (``bench/parser_streams.py``: every family's own format on its tokenizer), a
+- per parser family (bench/derender_parsers.py, on bench/parser_streams.py's streams: every family's own format on its tokenizer), a
   4,000-token stream (reasoning, content, then one call's long argument, unfinished), one token per
   push, state in memory: CPU per token against ``hermes``'s (target at most 1.5x) and the latency
   inside the argument at its end over its start (flat: at most 1.3x).
+
+The stream is bench/derender_stream.py's; the HTTP stream's client is bench/derender_http.py's.
 
 Usage: ``python bench/derender_bench.py [--quick] [--no-http] [--parsers-only] [--out bench/results/derender.json]``.
 Prints one JSON document (also written to ``--out``). Timings are wall-clock medians (per chunk) and
@@ -37,10 +39,8 @@ import gc
 import json
 import os
 import platform
-import statistics
 import sys
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -49,6 +49,12 @@ import orjson
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from bench.derender_http import STATE_SECRET, http_stream  # noqa: E402
+from bench.derender_parsers import TARGETS as PARSER_TARGETS  # noqa: E402
+from bench.derender_parsers import parser_families, parser_ratios  # noqa: E402
+from bench.derender_stream import CHAT_REQUEST, build_stream, in_chunks, tokenizer  # noqa: E402
+from bench.derender_stream import prompt as prompt_ids  # noqa: E402
+from bench.derender_timing import WINDOW, best_cpu, median_us, verdict  # noqa: E402
 from engine.protocol import GenerateChoice, GenerateResponse  # noqa: E402
 from session.derender import ChatDerenderer, DerenderService, chat_derenderer, chat_response, resolve_parsers  # noqa: E402
 from session.protocol.openai import ChatCompletionRequest  # noqa: E402
@@ -58,60 +64,11 @@ from session.state import StateCodec  # noqa: E402
 # vLLM 0.32 (CPU render server, hermes + qwen3, one token per HTTP call, 2,960 tokens) — issue 5
 VLLM = {"tokens": 2960, "parser_stream_s": 160.0, "parser_stream_s_8_per_call": 12.7, "plain_stream_s": 5.3,
         "non_streaming_ms": 52.0, "parser_call_ms_start": 6.0, "parser_call_ms_end": 109.0}
-TARGETS = {"latency_4000_over_100": 1.3, "parser_per_token_over_hermes": 1.5, "parser_args_end_over_start": 1.3, "in_memory_over_decodestream_per_token": 10.0,
-           "in_memory_stream_over_non_streaming": 2.0, "http_over_vllm_plain": 1.0, "vllm_parser_over_http": 30.0}
+TARGETS = {"latency_4000_over_100": 1.3, "in_memory_over_decodestream_per_token": 10.0,
+           "in_memory_stream_over_non_streaming": 2.0, "http_over_vllm_plain": 1.0, "vllm_parser_over_http": 30.0,
+           **PARSER_TARGETS}
 POSITIONS = (100, 500, 1000, 2000, 2700, 3200, 3800, 4000)  # 100, 1,000 and 4,000 carry the targets
 SWEEP = (1, 2, 4, 8, 16, 32, 64)  # chunk sizes for the whole-stream ratio
-WINDOW = 24  # chunks measured around each position
-TOOLS = [{"type": "function", "function": {"name": "get_weather", "description": "Weather for a city",
-                                           "parameters": {"type": "object", "properties": {
-                                               "city": {"type": "string"}, "notes": {"type": "string"}}}}}]
-CHAT_REQUEST = {"model": "bench", "messages": [{"role": "user", "content": "Plan my week in Paris and 東京."}],
-                "tools": TOOLS, "stream": True, "stream_options": {"include_usage": True}}
-THINK = ("Let me think about the weather in Paris and 東京 this week 🤔. The user wants a plan, so I should "
-         "check each day, compare temperatures, and keep the answer short. ")
-CONTENT = "Here is a short plan for your week, day by day, with the forecast for each city. 🌤️ "
-NOTES = "Monday: museums if it rains; Tuesday: river walk; Wednesday: day trip; 雨なら美術館. "
-
-
-def _tokenizer() -> Any:
-    from transformers import AutoTokenizer
-
-    from server.assets import ensure
-
-    return AutoTokenizer.from_pretrained(str(ensure("qwen3")), local_files_only=True)
-
-
-def _take(tok: Any, unit: str, n: int) -> str:
-    """Repeat ``unit`` until it encodes to at least ``n`` tokens, then cut to ``n`` tokens."""
-    text = unit
-    while len(tok._tokenizer.encode(text, add_special_tokens=False).ids) < n:
-        text += unit
-    ids = tok._tokenizer.encode(text, add_special_tokens=False).ids[:n]
-    return str(tok._tokenizer.decode(ids))
-
-
-def build_stream(tok: Any, think: int, content: int, args: int, *, close: bool) -> list[int]:
-    """thinking → content → one hermes tool call whose ``notes`` argument is ``args`` tokens long."""
-    notes = _take(tok, NOTES, args).replace("\\", "").replace('"', "'")
-    head = ("<think>\n" + _take(tok, THINK, think) + "\n</think>\n\n" + _take(tok, CONTENT, content)
-            + '<tool_call>\n{"name": "get_weather", "arguments": {"city": "Paris", "notes": "')
-    text = head + notes + ('"}}\n</tool_call>' if close else "")
-    ids = list(tok._tokenizer.encode(text, add_special_tokens=False).ids)
-    return [*ids, tok.eos_token_id] if close else ids
-
-
-def _prompt(tok: Any) -> list[int]:
-    return list(tok._tokenizer.encode("<|im_start|>user\nPlan my week.<|im_end|>\n<|im_start|>assistant\n",
-                                      add_special_tokens=False).ids)
-
-
-def _chunks(ids: list[int], size: int) -> list[list[int]]:
-    return [ids[k:k + size] for k in range(0, len(ids), size)]
-
-
-def _median_us(samples: list[float]) -> float:
-    return round(statistics.median(samples) * 1e6, 2)
 
 
 # --- in-memory mode -----------------------------------------------------------------------------------
@@ -124,7 +81,7 @@ def _derenderer(tok: Any, prompt: list[int]) -> ChatDerenderer:
 
 
 def in_memory(tok: Any, ids: list[int], prompt: list[int], size: int, repeats: int) -> dict[str, Any]:
-    chunks = _chunks(ids, size)
+    chunks = in_chunks(ids, size)
     per_chunk: list[list[float]] = [[] for _ in chunks]
     cpu: list[float] = []
     for _ in range(repeats):
@@ -149,7 +106,7 @@ def _at_positions(per_chunk: list[list[float]], size: int) -> dict[str, float]:
     for pos in POSITIONS:
         first = max(0, min(pos // size, len(per_chunk) - WINDOW))
         window = per_chunk[first:first + WINDOW]
-        out[str(pos)] = min(_median_us([samples[r] for samples in window]) for r in range(repeats))
+        out[str(pos)] = min(median_us([samples[r] for samples in window]) for r in range(repeats))
     return out
 
 
@@ -160,7 +117,7 @@ def chunk_sweep(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> di
     text, head = sample.spec.table._text, sample._chunk_head()
     out: dict[str, Any] = {}
     for size in SWEEP:
-        chunks = _chunks(ids, size)
+        chunks = in_chunks(ids, size)
 
         def stream(chunks: list[list[int]] = chunks) -> None:
             push = _derenderer(tok, prompt).push
@@ -172,8 +129,8 @@ def chunk_sweep(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> di
                 chunk = head.copy()
                 chunk["choices"] = [{"index": 0, "delta": {"content": "".join([text[i] or "" for i in piece])}}]
 
-        out[str(size)] = {"stream_cpu_ms": round(_best_cpu(stream, repeats) * 1e3, 3),
-                          "floor_cpu_ms": round(_best_cpu(floor, repeats) * 1e3, 3)}
+        out[str(size)] = {"stream_cpu_ms": round(best_cpu(stream, repeats) * 1e3, 3),
+                          "floor_cpu_ms": round(best_cpu(floor, repeats) * 1e3, 3)}
     return out
 
 
@@ -181,13 +138,13 @@ def chunk_sweep(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> di
 
 
 def _service(tok: Any) -> DerenderService:
-    return DerenderService(tok, model_name="bench", max_model_len=32768, codec=StateCodec([b"bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz"]),
+    return DerenderService(tok, model_name="bench", max_model_len=32768, codec=StateCodec([STATE_SECRET.encode()]),
                            parsers=resolve_parsers("hermes", "qwen3", enable_auto_tool_choice=True))
 
 
 def encoded(tok: Any, ids: list[int], prompt: list[int], size: int, repeats: int) -> dict[str, Any]:
     """Every chunk: validate the request, verify + decode the state, restore, push, snapshot, sign."""
-    chunks = _chunks(ids, size)
+    chunks = in_chunks(ids, size)
     per_chunk: list[list[float]] = [[] for _ in chunks]
     sizes: dict[str, int] = {}
     cpu: list[float] = []
@@ -247,71 +204,8 @@ def non_streaming(tok: Any, ids: list[int], prompt: list[int], repeats: int) -> 
         body = orjson.loads(orjson.dumps(raw))
         orjson.dumps(svc.chat(DerenderChatRequest.model_validate(body)))
 
-    return {"function_ms": round(_best_cpu(one, repeats) * 1e3, 3),
-            "service_ms": round(_best_cpu(served, repeats) * 1e3, 3)}
-
-
-def _best_cpu(f: Callable[[], None], repeats: int) -> float:
-    best = 1e9
-    for _ in range(repeats):
-        c0 = time.process_time()
-        f()
-        best = min(best, time.process_time() - c0)
-    return best
-
-
-# --- HTTP -------------------------------------------------------------------------------------------------
-
-
-def http_stream(tok: Any, ids: list[int], prompt: list[int], size: int = 1) -> dict[str, Any]:
-    """One streaming derender over HTTP against a real ``launch render`` process. The client is
-    ``http.client`` on one keep-alive connection (a thin client: the figure is the server's)."""
-    from server.assets import ensure
-    from tests.support.server_proc import ServerProcess
-
-    args = ["launch", "render", str(ensure("qwen3")), "--served-model-name", "bench", "--tool-call-parser", "hermes",
-            "--reasoning-parser", "qwen3", "--enable-auto-tool-choice", "--state-secret", "bench-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
-            "--log-level", "warning"]
-    with ServerProcess(args, preamble="import sys\nsys.modules['torch'] = None\n") as srv:
-        return stream_over_http(srv.url, ids, prompt, size)
-
-
-def stream_over_http(url: str, ids: list[int], prompt: list[int], size: int = 1) -> dict[str, Any]:
-    """The streaming derender of ``ids`` at the render server ``url`` (tokenwire's, or vLLM's: same
-    wire; served model name ``bench``, hermes + qwen3 parsers), ``size`` tokens per call, the state
-    echoed back each call."""
-    import http.client
-
-    host, port = url.rsplit("/", 1)[-1].rsplit(":", 1)
-    conn = http.client.HTTPConnection(host, int(port), timeout=600)
-    headers = {"content-type": "application/json"}
-    chunks = _chunks(ids, size)
-    calls: list[float] = []
-    state = None
-    t0 = time.perf_counter()
-    for k, piece in enumerate(chunks):
-        body = orjson.dumps({"stream": True, "model": "bench", "stream_state": state, "prompt_token_ids": prompt,
-                             "chat_request": CHAT_REQUEST, "generate_chunk": {
-                                 "request_id": "chatcmpl-http", "choices": [{
-                                     "index": 0, "token_ids": piece,
-                                     "finish_reason": "stop" if k == len(chunks) - 1 else None}]}})
-        t = time.perf_counter()
-        conn.request("POST", "/v1/chat/completions/derender", body=body, headers=headers)
-        r = conn.getresponse()
-        data = r.read()
-        calls.append(time.perf_counter() - t)
-        if r.status != 200:
-            raise RuntimeError(f"HTTP {r.status}: {data[:500]!r}")
-        state = orjson.loads(data)["stream_state"]
-    total = time.perf_counter() - t0
-    conn.close()
-    n = len(chunks)
-    return {"tokens": len(ids), "calls": n, "client": "http.client, one keep-alive connection",
-            "total_s": round(total, 3),
-            "call_ms_first_100": round(statistics.median(calls[:100]) * 1e3, 3),
-            "call_ms_last_100": round(statistics.median(calls[-100:]) * 1e3, 3),
-            "call_ms_median": round(statistics.median(calls) * 1e3, 3),
-            "call_ms_mean": round(total / n * 1e3, 3)}
+    return {"function_ms": round(best_cpu(one, repeats) * 1e3, 3),
+            "service_ms": round(best_cpu(served, repeats) * 1e3, 3)}
 
 
 # --- main ---------------------------------------------------------------------------------------------------
@@ -335,8 +229,8 @@ def main(argv: list[str] | None = None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(text + "\n")
         return 0
-    tok = _tokenizer()
-    prompt = _prompt(tok)
+    tok = tokenizer()
+    prompt = prompt_ids(tok)
     ids = build_stream(tok, think=2800, content=700, args=600, close=False)[:4100]  # ends inside the arguments
     result: dict[str, Any] = {
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
@@ -364,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         "encoded_state": encoded(tok, control, prompt, 1, max(1, repeats // 2))}
     if not args.no_http:
         ref = build_stream(tok, think=2015, content=508, args=408, close=True)
-        result["http_one_token_per_call"] = http_stream(tok, ref, prompt)
+        result["http_one_token_per_call"] = http_stream(ref, prompt)
 
     result["parsers"] = parser_families(repeats)
     result["ratios"] = {**ratios(result), **parser_ratios(result["parsers"])}
@@ -383,15 +277,15 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
         for size in ("1_token_chunks", "8_token_chunks"):
             lat = r[mode][size]["latency_us"]
             value = lat["4000"] / lat["100"]
-            out[f"{mode}.{size}.latency_4000_over_100"] = _cmp(value, TARGETS["latency_4000_over_100"])
+            out[f"{mode}.{size}.latency_4000_over_100"] = verdict(value, TARGETS["latency_4000_over_100"])
     tokens = r["stream"]["tokens"]
     for size in ("1_token_chunks", "8_token_chunks"):
         per_token = r["in_memory"][size]["stream_cpu_ms"] / tokens
         floor = r["decode_stream_floor"]["stream_cpu_ms"] / tokens
-        out[f"in_memory.{size}.per_token_over_decodestream"] = _cmp(per_token / floor,
+        out[f"in_memory.{size}.per_token_over_decodestream"] = verdict(per_token / floor,
                                                                     TARGETS["in_memory_over_decodestream_per_token"])
         for ref in ("function_ms", "service_ms"):
-            out[f"in_memory.{size}.stream_over_non_streaming_{ref[:-3]}"] = _cmp(
+            out[f"in_memory.{size}.stream_over_non_streaming_{ref[:-3]}"] = verdict(
                 r["in_memory"][size]["stream_cpu_ms"] / r["non_streaming"][ref],
                 TARGETS["in_memory_stream_over_non_streaming"])
     one_shot = r["non_streaming"]["function_ms"]
@@ -403,7 +297,7 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
     out["in_memory.smallest_chunk_within_2x_of_non_streaming"] = min(meets) if meets else None
     for mode in ("in_memory", "encoded_state"):
         lat = r["control_reasoning_only"][mode]["latency_us"]
-        out[f"control_reasoning_only.{mode}.latency_4000_over_100"] = _cmp(lat["4000"] / lat["100"],
+        out[f"control_reasoning_only.{mode}.latency_4000_over_100"] = verdict(lat["4000"] / lat["100"],
                                                                           TARGETS["latency_4000_over_100"])
     sizes = r["encoded_state"]["1_token_chunks"]["state_bytes"]
     out["state_bytes_4000_over_100"] = {"value": round(sizes["4000"] / sizes["100"], 2),
@@ -413,7 +307,7 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
     http = r.get("http_one_token_per_call")
     if http:
         scale = http["tokens"] / VLLM["tokens"]
-        out["http.total_over_vllm_plain_detokenization"] = _cmp(http["total_s"] / (VLLM["plain_stream_s"] * scale),
+        out["http.total_over_vllm_plain_detokenization"] = verdict(http["total_s"] / (VLLM["plain_stream_s"] * scale),
                                                                 TARGETS["http_over_vllm_plain"])
         speedup = VLLM["parser_stream_s"] * scale / http["total_s"]
         out["http.vllm_parser_path_over_tokenwire"] = {"value": round(speedup, 1),
@@ -421,85 +315,6 @@ def ratios(r: dict[str, Any]) -> dict[str, Any]:
                                                        "holds": speedup >= TARGETS["vllm_parser_over_http"]}
         out["http.last_calls_over_first_calls"] = round(http["call_ms_last_100"] / http["call_ms_first_100"], 2)
     return out
-
-
-# --- per parser family ------------------------------------------------------------------------------------
-
-
-PARSER_TOKENS = 4000
-
-
-def parser_family(name: str, repeats: int) -> dict[str, Any]:
-    """One family's stream (bench/parser_streams.py), pushed one token at a time: the one-shot split
-    checked first, then the whole stream's CPU per token and the latency at the argument's start and
-    end (WINDOW chunks each, the lowest repetition's median)."""
-    from transformers import AutoTokenizer
-
-    from bench.parser_streams import FAMILIES, stream
-    from server.assets import ensure
-
-    family = FAMILIES[name]
-    tok = AutoTokenizer.from_pretrained(str(ensure(family.asset)), local_files_only=True)
-    ids, body = stream(name, tok, PARSER_TOKENS)
-    request = ChatCompletionRequest.model_validate(body)
-    prompt = list(tok.encode("Plan my week.", add_special_tokens=False))
-
-    def derenderer() -> ChatDerenderer:
-        return chat_derenderer(request, prompt, request_id="chatcmpl-bench", created=0, model="bench",
-                               tokenizer=tok, tool_parser=family.tool, reasoning_parser=family.reasoning,
-                               enable_auto_tool_choice=True)
-
-    one = chat_response(derenderer(), GenerateResponse(request_id="b", choices=[
-        GenerateChoice(index=0, token_ids=ids, finish_reason="length")]))
-    message = one["choices"][0]["message"]
-    calls = message.get("tool_calls") or []
-    if not (message.get("reasoning") and message.get("content") and len(calls) == 1):
-        raise SystemExit(f"derender_bench: the {name} stream does not split into reasoning, content and one call: "
-                         f"{json.dumps(message, ensure_ascii=False)[:400]}")
-    arg_start = PARSER_TOKENS * 3 // 20  # past the reasoning (10 %) and the content (5 %)
-    per_chunk: list[list[float]] = [[] for _ in ids]
-    cpu: list[float] = []
-    for _ in range(repeats):
-        d = derenderer()
-        push = d.push
-        gc.disable()
-        c0 = time.process_time()
-        for k, token in enumerate(ids):
-            t = time.perf_counter()
-            push(0, [token])
-            per_chunk[k].append(time.perf_counter() - t)
-        cpu.append(time.process_time() - c0)
-        gc.enable()
-
-    def window(first: int) -> float:
-        rows = per_chunk[first:first + WINDOW]
-        return min(_median_us([samples[r] for samples in rows]) for r in range(repeats))
-
-    return {"tool_parser": family.tool, "reasoning_parser": family.reasoning, "asset": family.asset,
-            "tokens": len(ids), "per_token_us": round(min(cpu) / len(ids) * 1e6, 2),
-            "args_start_us": window(arg_start + 100), "args_end_us": window(len(ids) - WINDOW),
-            "argument_chars": len(calls[0]["function"]["arguments"])}
-
-
-def parser_families(repeats: int) -> dict[str, Any]:
-    from bench.parser_streams import FAMILIES
-
-    return {name: parser_family(name, repeats) for name in FAMILIES}
-
-
-def parser_ratios(families: dict[str, Any]) -> dict[str, Any]:
-    hermes = families["hermes"]["per_token_us"]
-    out: dict[str, Any] = {}
-    for name, row in families.items():
-        out[f"parsers.{name}.per_token_over_hermes"] = _cmp(row["per_token_us"] / hermes,
-                                                             TARGETS["parser_per_token_over_hermes"])
-        out[f"parsers.{name}.args_end_over_start"] = _cmp(row["args_end_us"] / row["args_start_us"],
-                                                           TARGETS["parser_args_end_over_start"])
-    return out
-
-
-def _cmp(value: float, target: float) -> dict[str, Any]:
-    return {"value": round(value, 2), "target_at_most": target, "holds": value <= target}
 
 
 if __name__ == "__main__":

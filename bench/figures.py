@@ -261,6 +261,17 @@ def soak_figures(r: dict[str, Any]) -> Iterator[Figure]:
                  r["between_frames_ms"][q], "ms", "lower")
 
 
+def fanout_figures(r: dict[str, Any]) -> Iterator[Figure]:
+    """bench/fanout_bench.py: the server's own Python per WebSocket token, the best round (no baseline:
+    compare two versions with it, alternating)."""
+    best, setting = r["best"], f"{r['streams']} streams, {r['step_ms']:g} ms steps, {r['evict_mb']} MiB swept"
+    yield _f("fanout.steady_us_per_token", f"server Python per token mid-stream ({setting})",
+             best["steady_us_per_token"], "us CPU/token", "lower")
+    yield _f("fanout.whole_us_per_token", f"server Python per token, requests' start and end included ({setting})",
+             best["whole_us_per_token"], "us CPU/token", "lower")
+    yield _f("fanout.writes_per_token", "transport writes per token", best["writes_per_token"], "writes", "lower")
+
+
 def vllm_figures(r: dict[str, Any]) -> Iterator[Figure]:
     """bench/vllm_compare.py already pairs each tokenwire figure with vLLM's in the same run."""
     for pair in r.get("pairs", []):
@@ -280,7 +291,7 @@ def generic_figures(r: dict[str, Any]) -> Iterator[Figure]:
 READERS: dict[str, Callable[[dict[str, Any]], Iterator[Figure]]] = {
     "render": render_figures, "engine": engine_figures, "derender": derender_figures, "serve": serve_figures,
     "startup": startup_figures, "sessions": sessions_figures, "streams": streams_figures, "vllm": vllm_figures,
-    "structured": structured_figures, "soak": soak_figures,
+    "structured": structured_figures, "soak": soak_figures, "fanout": fanout_figures,
 }
 
 

@@ -1,16 +1,16 @@
-"""Run every tokenwire benchmark, in a bounded time, and write one JSON file and PNG plots.
+"""Run tokenwire's benchmark suite, in a bounded time, and write one JSON file and PNG plots.
 
     .venv/bin/python -m bench.run [--quick | --full] [--out DIR] [--vllm-python PATH] [--only NAME ...]
 
-Each benchmark (``bench/*_bench.py``) runs in its own process, one after another, on loopback
+The suite is :data:`SECTIONS` (docs/benchmarks.md, "Each benchmark"); one-off investigations live
+in bench/experiments/ (bench/experiments/README.md) and are not part of it. Each benchmark runs in its own process, one after another, on loopback
 only, with a time limit; the run as a whole stays within ``--budget-s`` (quick: under 10 minutes on
 a 2-core machine; full: longer, more rounds, more points). The run directory
 ``DIR/<UTC time>-<mode>/`` receives ``results.json`` (the machine, load average before and after,
 versions, the commit, each benchmark's own JSON, and every figure with its unit, its baseline and
 the ratio) and the plots. With ``--vllm-python`` (a Python that has vLLM installed), the same
 render, derender and generate workloads also run against vLLM's render server and tokens-only
-engine, and each figure is paired with vLLM's from the same run; ``streams_targets`` then also
-measures vLLM's API server beside tokenwire's front end (its target 6).
+engine (bench/vllm_compare.py), and each figure is paired with vLLM's from the same run.
 
 Exit status: 0 when every benchmark that ran finished, 1 when one failed or ran out of time, 2 for
 a usage problem (for example, matplotlib missing: ``bash scripts/install.sh dev``).
@@ -19,7 +19,6 @@ a usage problem (for example, matplotlib missing: ``bash scripts/install.sh dev`
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import signal
@@ -52,7 +51,6 @@ class Section:
     limit_quick_s: int
     limit_full_s: int
     writes_out: bool = True  # takes --out FILE (otherwise its stdout is the JSON)
-    in_quick: bool = True  # False: a quick run leaves it out unless ``--only`` names it
 
 
 SECTIONS = (
@@ -75,40 +73,17 @@ SECTIONS = (
             ("--concurrency", "1", "16", "64", "256", "--tokens", "32"),
             ("--concurrency", "1", "8", "32", "64", "128", "256", "512", "--tokens", "64", "--rounds", "2"),
             240, 900),
-    Section("streams_targets", "bench.streams_targets", "issue 18's streaming targets, each with its verdict",
-            ("--quick",), (), 420, 1800, in_quick=False),
     Section("startup", "bench.startup_bench", "launch render start-up vs importing and loading the tokenizer",
             ("--runs", "2"), ("--runs", "5"), 120, 300, writes_out=False),
+    Section("structured", "bench.structured_bench", "structured output: a constrained row's cost in a shared batch",
+            ("--rounds", "2", "--new-tokens", "32"), (), 240, 1800),
+    Section("soak", "bench.soak", "load and soak: many sessions, nothing lost, nothing leaking",
+            ("--sessions", "50", "--duration", "45", "--warmup", "15"), (), 240, 1800),
+    Section("fanout", "bench.fanout_bench", "the server's Python per WebSocket token, in one process, cold steps",
+            ("--streams", "64", "--tokens", "48", "--step-ms", "1", "--evict-mb", "64", "--rounds", "3"),
+            ("--streams", "256", "--tokens", "128", "--step-ms", "1", "--evict-mb", "64", "--rounds", "5"), 120, 600),
 )
-OPTIONAL = {  # benchmarks other issues add: run when present; in quick mode with --quick when they take
-    # it, else with whichever of these shorter settings their --help lists
-    "structured": ("bench.structured_bench", "structured output: a constrained row's cost in a shared batch",
-                   {"--rounds": "2", "--new-tokens": "32"}),
-    "soak": ("bench.soak", "load and soak: many sessions, nothing lost, nothing leaking",
-             {"--sessions": "50", "--duration": "45", "--warmup": "15"}),
-}
 BUDGET_S = {"quick": 570, "full": 3 * 3600}
-
-
-def _discover_optional() -> list[Section]:
-    out = []
-    for name, (module, what, shorter) in OPTIONAL.items():
-        if not (ROOT / (module.replace(".", "/") + ".py")).exists():
-            continue
-        helptext = subprocess.run([sys.executable, "-m", module, "--help"], cwd=ROOT, capture_output=True,
-                                  text=True, timeout=120).stdout
-        quick: tuple[str, ...] = ("--quick",) if "--quick" in helptext else ()
-        if not quick:
-            quick = tuple(x for flag, value in shorter.items() if flag in helptext for x in (flag, value))
-        out.append(Section(name, module, what, quick, (), 240, 1800, writes_out="--out" in helptext))
-    return out
-
-
-def _with_vllm(section: Section, python: str) -> Section:
-    """``section`` with vLLM beside it (streams_targets' target 6), with time for vLLM's start-up."""
-    extra = ("--vllm-python", python)
-    return dataclasses.replace(section, quick=(*section.quick, *extra), full=(*section.full, *extra),
-                               limit_quick_s=section.limit_quick_s + 900, limit_full_s=section.limit_full_s + 900)
 
 
 def _vllm_section(python: str) -> Section:
@@ -203,10 +178,7 @@ def main(argv: list[str] | None = None) -> int:
         print("bench.run: matplotlib is needed for the plots; install the dev extras: bash scripts/install.sh dev",
               file=sys.stderr)
         return 2
-    sections = [*SECTIONS, *_discover_optional()]
-    if a.vllm_python:
-        sections.append(_vllm_section(a.vllm_python))
-        sections = [_with_vllm(s, a.vllm_python) if s.name == "streams_targets" else s for s in sections]
+    sections = [*SECTIONS, *([_vllm_section(a.vllm_python)] if a.vllm_python else [])]
     if a.only:
         unknown = set(a.only) - {s.name for s in sections}
         if unknown:
@@ -214,8 +186,6 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
             return 2
         sections = [s for s in sections if s.name in a.only]
-    elif mode == "quick":
-        sections = [s for s in sections if s.in_quick]
 
     started = datetime.now(UTC)
     run_dir = Path(a.out) / f"{started:%Y%m%d-%H%M%S}-{mode}"

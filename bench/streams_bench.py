@@ -24,7 +24,7 @@ the client); one-way delivery latency per token (client receive time minus the e
 time of that token, both ``CLOCK_MONOTONIC``); the server's CPU time per token (from ``/proc``,
 the whole run including each request's render and engine call, less the server's idle rate
 measured before the first level); the benchmark client's own CPU time per token (it shares the
-cores). The client reads SSE and WebSocket frames by hand, equally lean (``bench.loopback``
+cores). The client (bench/streams_clients.py) reads SSE and WebSocket frames by hand, equally lean (``bench.loopback``
 ``SseStream`` / ``WsStream``), so neither mode's latency carries more client work than the other's;
 ``--ws-client websockets`` uses the ``websockets`` library instead, which costs more per frame. "Added by the server" is a mode's figure minus
 ``direct``'s. Sessions and connections are opened before the clock starts; the ``c`` requests are
@@ -37,21 +37,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import shutil
-import signal
-import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import orjson
-
+from bench import server_profile
 from bench.loopback import (
     PacedEngineProcess,
-    SseStream,
-    WsStream,
     cpu_seconds,
     emit,
     event_loop_policy,
@@ -61,244 +54,7 @@ from bench.loopback import (
     raise_fd_limit,
     render_server,
 )
-
-
-@dataclass
-class Stream:
-    key: str = ""  # the engine's request id
-    sent_ns: int = 0
-    recv_ns: list[int] = field(default_factory=list)  # one per content token
-
-
-def _chat_body(i: int, tokens: int) -> dict[str, Any]:
-    return {"model": "bench", "messages": [{"role": "user", "content": f"Stream {i}: tell me a story."}],
-            "max_tokens": tokens, "temperature": 0}
-
-
-def _responses_body(i: int, tokens: int) -> dict[str, Any]:
-    return {"model": "bench", "input": f"Stream {i}: tell me a story.", "max_output_tokens": tokens,
-            "temperature": 0, "store": False}
-
-
-def _responses_tokens(event: dict[str, Any]) -> int:
-    return len(event["delta"].split()) if event["type"] == "response.output_text.delta" else 0
-
-
-RESPONSES_END = ("response.completed", "response.incomplete", "response.failed", "error")
-
-
-def _content_tokens(chunk: dict[str, Any]) -> int:
-    """How many of the paced engine's tokens (one word each) a chunk's content carries: a delta that
-    a lagging session merged carries several, and each counts as received now."""
-    choices = chunk.get("choices") or []
-    content = choices[0].get("delta", {}).get("content") if choices else None
-    return len(content.split()) if content else 0
-
-
-async def _arrive(i: int, c: int, ramp_s: float) -> None:
-    """Request ``i`` of ``c`` is sent ``i / c`` of the way through the ramp (arrivals spread evenly)."""
-    if ramp_s > 0 and i:
-        await asyncio.sleep(ramp_s * i / c)
-
-
-async def _direct(conns: list[SseStream], c: int, tokens: int, ramp_s: float, tag: str) -> list[Stream]:
-    streams = [Stream(key=f"{tag}-{i}") for i in range(c)]
-
-    async def read(conn: SseStream, s: Stream) -> None:
-        async for data in conn.events():
-            if data == b"[DONE]":
-                break
-            now = time.monotonic_ns()
-            for ch in orjson.loads(data)["choices"]:
-                s.recv_ns += [now] * len(ch["token_ids"])
-        conn.close()
-
-    async def one(i: int, conn: SseStream, s: Stream) -> None:
-        body = orjson.dumps({"request_id": s.key, "token_ids": list(range(100, 120)), "stream": True,
-                             "sampling_params": {"max_tokens": tokens, "output_kind": 1}})
-        await _arrive(i, c, ramp_s)
-        s.sent_ns = time.monotonic_ns()
-        conn.send("/inference/v1/generate", body)
-        await read(conn, s)
-
-    await asyncio.gather(*(one(i, conn, s) for i, (conn, s) in enumerate(zip(conns, streams, strict=True))))
-    return streams
-
-
-async def _sse(conns: list[SseStream], c: int, tokens: int, ramp_s: float) -> list[Stream]:
-    streams = [Stream() for _ in range(c)]
-
-    async def read(conn: SseStream, s: Stream) -> None:
-        async for data in conn.events():
-            if data == b"[DONE]":
-                break
-            chunk = orjson.loads(data)
-            if n := _content_tokens(chunk):
-                s.recv_ns += [time.monotonic_ns()] * n
-                s.key = chunk["id"]
-        conn.close()
-
-    async def one(i: int, conn: SseStream, s: Stream) -> None:
-        body = orjson.dumps({**_chat_body(i, tokens), "stream": True})
-        await _arrive(i, c, ramp_s)
-        s.sent_ns = time.monotonic_ns()
-        conn.send("/v1/chat/completions", body)
-        await read(conn, s)
-
-    await asyncio.gather(*(one(i, conn, s) for i, (conn, s) in enumerate(zip(conns, streams, strict=True))))
-    return streams
-
-
-async def _responses_sse(conns: list[SseStream], c: int, tokens: int, ramp_s: float) -> list[Stream]:
-    streams = [Stream() for _ in range(c)]
-
-    async def one(i: int, conn: SseStream, s: Stream) -> None:
-        body = orjson.dumps({**_responses_body(i, tokens), "stream": True})
-        await _arrive(i, c, ramp_s)
-        s.sent_ns = time.monotonic_ns()
-        conn.send("/v1/responses", body)
-        async for data in conn.events():
-            event = orjson.loads(data)
-            if n := _responses_tokens(event):
-                s.recv_ns += [time.monotonic_ns()] * n
-            elif event["type"] in ("response.failed", "error"):
-                raise RuntimeError(f"Responses stream failed: {event}")
-        conn.close()
-
-    await asyncio.gather(*(one(i, conn, s) for i, (conn, s) in enumerate(zip(conns, streams, strict=True))))
-    return streams
-
-
-async def _responses_ws(sockets: list[Any], c: int, tokens: int, ramp_s: float) -> list[Stream]:
-    streams = [Stream() for _ in range(c)]
-
-    async def one(i: int, ws: Any, s: Stream) -> None:
-        event_out = orjson.dumps({"type": "response.create", **_responses_body(i, tokens)})
-        await _arrive(i, c, ramp_s)
-        s.sent_ns = time.monotonic_ns()
-        await ws.send(event_out)
-        while True:
-            message = await ws.recv()
-            if message is None:
-                raise RuntimeError("the server closed the Responses WebSocket mid-stream")
-            event = orjson.loads(message)
-            if n := _responses_tokens(event):
-                s.recv_ns += [time.monotonic_ns()] * n
-            elif event["type"] in RESPONSES_END:
-                if event["type"] in ("response.failed", "error"):
-                    raise RuntimeError(f"Responses stream failed: {event}")
-                break
-        await ws.close()
-
-    await asyncio.gather(*(one(i, ws, s) for i, (ws, s) in enumerate(zip(sockets, streams, strict=True))))
-    return streams
-
-
-async def _open_sessions(ws_url: str, c: int, client: str) -> list[Any]:
-    """``c`` sessions, created: each a lean :class:`WsStream` (``client="lean"``), or the
-    ``websockets`` library's client, whose own cost per frame is several times the lean one's."""
-    async def open_one() -> Any:
-        if client == "lean":
-            ws: Any = await WsStream.connect(ws_url + "/v1/session", "tokenwire.v1")
-        else:
-            from websockets.asyncio.client import connect
-
-            ws = _LibraryWs(await connect(ws_url + "/v1/session", subprotocols=["tokenwire.v1"],  # type: ignore[list-item]
-                                          max_size=1 << 24, open_timeout=60, ping_interval=None))
-        await ws.recv()  # session.created
-        return ws
-
-    sockets: list[Any] = []
-    for start in range(0, c, 100):
-        sockets += await asyncio.gather(*(open_one() for _ in range(start, min(c, start + 100))))
-    return sockets
-
-
-class _LibraryWs:
-    """The ``websockets`` client behind :class:`WsStream`'s three calls."""
-
-    def __init__(self, ws: Any) -> None:
-        self.ws = ws
-
-    async def send(self, payload: bytes) -> None:
-        await self.ws.send(payload.decode())
-
-    async def recv(self) -> bytes | None:
-        return await self.ws.recv(decode=False)  # type: ignore[no-any-return]
-
-    async def close(self) -> None:
-        await self.ws.close()
-
-
-async def _connect(mode: str, url: str, c: int, ws_client: str = "lean") -> Any:
-    """The mode's connections (sessions: upgraded and created), opened before the clock starts."""
-    if mode == "ws":
-        return await _open_sessions("ws" + url[len("http"):], c, ws_client)
-    if mode == "responses_ws":
-        ws_url = "ws" + url[len("http"):] + "/v1/responses"
-        sockets: list[Any] = []
-        for start in range(0, c, 100):
-            sockets += await asyncio.gather(*(WsStream.connect(ws_url, "tokenwire.v1")
-                                              for _ in range(start, min(c, start + 100))))
-        return sockets
-    if mode == "sdk":
-        import client_sdk
-
-        return await client_sdk.connect(url, transport="websocket", timeout=120)
-    return [await SseStream.connect(url) for _ in range(c)]
-
-
-async def _sdk(client: Any, c: int, tokens: int, ramp_s: float) -> list[Stream]:
-    """``c`` chats streamed by ``client_sdk`` on one session (what an SDK user with many
-    concurrent requests does): the SDK's own cost per token is the client figure."""
-    streams = [Stream() for _ in range(c)]
-
-    async def one(i: int, s: Stream) -> None:
-        await _arrive(i, c, ramp_s)
-        s.sent_ns = time.monotonic_ns()
-        stream = await client.chat.completions.create(**_chat_body(i, tokens), stream=True)
-        async for chunk in stream:
-            content = chunk.choices[0].delta.content if chunk.choices else None
-            if content:
-                s.recv_ns += [time.monotonic_ns()] * len(content.split())
-                s.key = chunk.id
-
-    await asyncio.gather(*(one(i, s) for i, s in enumerate(streams)))
-    await client.aclose()
-    return streams
-
-
-async def _ws(sockets: list[Any], c: int, tokens: int, ramp_s: float) -> list[Stream]:
-    streams = [Stream() for _ in range(c)]
-
-    async def read(ws: Any, s: Stream) -> None:
-        while True:
-            message = await ws.recv()
-            if message is None:
-                raise RuntimeError("the server closed the session mid-stream")
-            frame = orjson.loads(message)
-            now = time.monotonic_ns()
-            kind = frame["type"]
-            if kind == "chat.delta":
-                for chunk in frame["chunks"]:
-                    if n := _content_tokens(chunk):
-                        s.recv_ns += [now] * n
-                        s.key = chunk["id"]
-            elif kind in ("chat.done", "error"):
-                if kind == "error":
-                    raise RuntimeError(f"error frame: {frame}")
-                break
-        await ws.close()
-
-    async def one(i: int, ws: Any, s: Stream) -> None:
-        frame = orjson.dumps({"type": "chat", "id": "s", "body": _chat_body(i, tokens)})
-        await _arrive(i, c, ramp_s)
-        s.sent_ns = time.monotonic_ns()
-        await ws.send(frame)
-        await read(ws, s)
-
-    await asyncio.gather(*(one(i, ws, s) for i, (ws, s) in enumerate(zip(sockets, streams, strict=True))))
-    return streams
+from bench.streams_clients import Stream, connect, run_mode
 
 
 def summarize(streams: list[Stream], engine_times: tuple[dict[str, int], dict[str, list[int]]], tokens: int,
@@ -342,59 +98,21 @@ async def idle_cpu_rate(pid: int, seconds: float = 3.0) -> float:
     return (cpu_seconds(pid) - c0) / (time.perf_counter() - t0)
 
 
-def _profiler(pid: int, out: Path | None, name: str) -> subprocess.Popen[bytes] | None:
-    """py-spy sampling the server while one mode runs (``--profile``): only samples where the
-    event loop's thread holds the GIL (running Python, or a system call made without releasing it:
-    uvloop's writes), so time waiting in ``epoll`` is not counted as work. Its figures come from
-    separate runs, since sampling stops the process it reads."""
-    if out is None:
-        return None
-    spy = py_spy()
-    assert spy is not None, "main() checks for py-spy before --profile runs"
-    out.mkdir(parents=True, exist_ok=True)
-    return subprocess.Popen([spy, "record", "--pid", str(pid), "--rate", "200", "--gil", "--format", "raw",
-                             "--output", str(out / f"{name}.txt")],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-
-
-def py_spy() -> str | None:
-    """The py-spy executable: on PATH, or beside this Python (a virtual environment's)."""
-    beside = Path(sys.executable).with_name("py-spy")
-    return shutil.which("py-spy") or (str(beside) if beside.is_file() else None)
-
-
-def _stop(proc: subprocess.Popen[bytes] | None) -> None:
-    if proc is not None:
-        proc.send_signal(signal.SIGINT)
-        proc.wait(timeout=60)
-
-
 async def run_level(engine: PacedEngineProcess, server_url: str, server_pid: int, c: int, tokens: int,
                     ramp_s: float, order: tuple[str, ...], tag: str, idle: float,
                     profile: Path | None = None, ws_client: str = "lean") -> dict[str, Any]:
     out: dict[str, Any] = {}
     for mode in order:
         engine.emissions()  # forget earlier runs
-        conns = await _connect(mode, engine.url if mode == "direct" else server_url, c, ws_client)
+        conns = await connect(mode, engine.url if mode == "direct" else server_url, c, ws_client)
         await asyncio.sleep(0.2)
-        spy = _profiler(server_pid, profile if mode != "direct" else None, f"{mode}-c{c}-{tag}")
+        spy = server_profile.start(server_pid, profile if mode != "direct" else None, f"{mode}-c{c}-{tag}")
         cpu0, t0, client0 = cpu_seconds(server_pid), time.perf_counter(), time.process_time()
         kernel0 = kernel_seconds(server_pid)
-        if mode == "direct":
-            streams = await _direct(conns, c, tokens, ramp_s, tag)
-        elif mode == "sse":
-            streams = await _sse(conns, c, tokens, ramp_s)
-        elif mode == "sdk":
-            streams = await _sdk(conns, c, tokens, ramp_s)
-        elif mode == "responses_sse":
-            streams = await _responses_sse(conns, c, tokens, ramp_s)
-        elif mode == "responses_ws":
-            streams = await _responses_ws(conns, c, tokens, ramp_s)
-        else:
-            streams = await _ws(conns, c, tokens, ramp_s)
+        streams = await run_mode(mode, conns, c, tokens, ramp_s, tag)
         wall, client_cpu = time.perf_counter() - t0, time.process_time() - client0
         cpu, kernel = cpu_seconds(server_pid) - cpu0, kernel_seconds(server_pid) - kernel0
-        _stop(spy)
+        server_profile.stop(spy)
         out[mode] = summarize(streams, engine.emissions(), tokens, wall, None if mode == "direct" else cpu, idle,
                               client_cpu_s=client_cpu)
         if mode != "direct":
@@ -414,8 +132,9 @@ def added(level: dict[str, Any]) -> dict[str, Any]:
 async def measure(engine: PacedEngineProcess, server_url: str, server_pid: int, levels: list[int], tokens: int,
                   ramp_s: float, rounds: int, sdk: bool = False, modes: tuple[str, ...] = ("sse", "ws"),
                   profile: Path | None = None, ws_client: str = "lean") -> tuple[float, list[dict[str, Any]]]:
-    await _sse(await _connect("sse", server_url, 2), 2, 4, 0)  # warm-up: first render, first engine connection
-    await _ws(await _connect("ws", server_url, 2, ws_client), 2, 4, 0)
+    # warm-up: the first render, the first engine connection
+    await run_mode("sse", await connect("sse", server_url, 2), 2, 4, 0, "warm")
+    await run_mode("ws", await connect("ws", server_url, 2, ws_client), 2, 4, 0, "warm")
     idle = await idle_cpu_rate(server_pid)
     results = []
     for c in levels:
@@ -496,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
                         "figures are not comparable: sampling stops the process)")
     p.add_argument("--out", default=None)
     a = p.parse_args(argv)
-    if a.profile and py_spy() is None:
+    if a.profile and server_profile.find_py_spy() is None:
         p.error("--profile needs py-spy, which is not on PATH nor beside this Python: "
                 "install it with `.venv/bin/pip install py-spy`")
     model = model_or_default(a.model)

@@ -7,7 +7,7 @@ on the same model directory and the same client code, loopback only:
 - render: ``POST /v1/chat/completions/render`` req/s at concurrency 1 and 8 (bench/render_bench.py's
   client and bodies) — tokenwire ``launch render`` against ``vllm launch render``;
 - derender: one streaming chat derender over HTTP, one token per call, hermes + qwen3 parsers
-  (bench/derender_bench.py's stream and client) — the same two render servers;
+  (bench/derender_stream.py's stream, bench/derender_http.py's client) — the same two render servers;
 - generate: aggregate tokens/s of ``c`` concurrent streamed ``/inference/v1/generate`` requests
   (greedy, eos ignored) — ``tokenwire serve --tokens-only`` against ``vllm serve --tokens-only``.
 
@@ -123,11 +123,12 @@ def render_workload(url: str, seconds: float) -> dict[str, Any]:
 def derender_workload(url: str, model: Path, sizes: tuple[int, int, int]) -> dict[str, Any]:
     from transformers import AutoTokenizer
 
-    from bench.derender_bench import _prompt, build_stream, stream_over_http
+    from bench.derender_http import stream_over_http
+    from bench.derender_stream import build_stream, prompt
 
     tok = AutoTokenizer.from_pretrained(str(model), local_files_only=True)
     ids = build_stream(tok, *sizes, close=True)
-    return stream_over_http(url, ids, _prompt(tok))
+    return stream_over_http(url, ids, prompt(tok))
 
 
 async def generate_stream(url: str, prompt: list[int], new_tokens: int) -> tuple[int, float | None]:

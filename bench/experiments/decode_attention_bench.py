@@ -10,7 +10,7 @@ per layer. ``--steps`` also times whole lean decode steps of the default model (
 bf16, its KV rows filled with random values) at the same cases, the kernels alternating, ms per
 step. Prints (and with ``--out``, writes) one JSON document.
 
-    .venv/bin/python -m bench.decode_attention_bench [--cases 1x130 16x130 16x1000] [--threads 1] [--steps]
+    .venv/bin/python -m bench.experiments.decode_attention_bench [--cases 1x130 16x130 16x1000] [--threads 1] [--steps]
 """
 
 from __future__ import annotations

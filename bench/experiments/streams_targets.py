@@ -24,7 +24,7 @@ Beside them, ``bench.fanout_bench``: the server's own Python per token in one pr
 sockets (back to back, and paced as a real engine steps), the part of figure 1 that is not the
 kernel's. Prints one JSON document (also written to ``--out``).
 
-    .venv/bin/python -m bench.streams_targets [--quick] [--vllm-python PATH] [--only 6] [--out FILE]
+    .venv/bin/python -m bench.experiments.streams_targets [--quick] [--vllm-python PATH] [--only 6] [--out FILE]
 """
 
 from __future__ import annotations
@@ -42,7 +42,9 @@ import httpx
 import orjson
 
 from bench import fanout_bench, streams_bench
-from bench.derender_bench import CHAT_REQUEST, _prompt, _tokenizer, build_stream, stream_over_http
+from bench.derender_http import stream_over_http
+from bench.derender_stream import CHAT_REQUEST, build_stream, tokenizer
+from bench.derender_stream import prompt as prompt_ids
 from bench.loopback import SseStream, WsStream, cpu_seconds, emit, raise_fd_limit, render_server
 from bench.machine import load_average
 from server.assets import ensure
@@ -79,8 +81,8 @@ async def _ws_derender(url: str, ids: list[int], prompt: list[int], size: int) -
 
 
 def derender_frames(quick: bool) -> dict[str, Any]:
-    tok = _tokenizer()
-    prompt = _prompt(tok)
+    tok = tokenizer()
+    prompt = prompt_ids(tok)
     ids = build_stream(tok, think=2015, content=508, args=408, close=True)
     if quick:
         ids = ids[:600]
@@ -163,7 +165,7 @@ def in_process(streams: int, tokens: int) -> dict[str, Any]:
 
 # --- 6: vLLM's API server beside tokenwire's front end ----------------------------------------------------------
 
-async def _api_streams(url: str, pid: int, streams: int, tokens: int, transport: str = "sse") -> dict[str, Any]:
+async def api_streams(url: str, pid: int, streams: int, tokens: int, transport: str = "sse") -> dict[str, Any]:
     """``streams`` chats streamed from an OpenAI-compatible server, over SSE (``transport="sse"``: one
     connection each, opened first) or over ``/v1/session`` (``"ws"``: one WebSocket session each, opened
     first, a ``chat`` frame on each), ``tokens`` tokens each with eos ignored; the CPU of process ``pid``
@@ -276,13 +278,13 @@ def api_servers(levels: list[int], tokens: int, vllm_python: str | None, rounds:
             at["tokenwire_http_vllm"] = at["tokenwire_http_vllm_ws"] = (front.url, front.proc.pid)
         sides = [s for s in API_SIDES if s in at]
         for side in sides:  # warm-up: first render, first engine call, first connections
-            asyncio.run(_api_streams(*at[side], 2, 4, API_SIDES[side][1]))
+            asyncio.run(api_streams(*at[side], 2, 4, API_SIDES[side][1]))
         per: dict[str, dict[str, list[dict[str, Any]]]] = {s: {str(c): [] for c in levels} for s in sides}
         for r in range(rounds):
             for c in levels:
                 for side in (sides if r % 2 == 0 else sides[::-1]):
                     print(f"streams: 6: round {r + 1}/{rounds}, {c} streams, {side}", file=sys.stderr, flush=True)
-                    per[side][str(c)].append(asyncio.run(_api_streams(*at[side], c, tokens, API_SIDES[side][1])))
+                    per[side][str(c)].append(asyncio.run(api_streams(*at[side], c, tokens, API_SIDES[side][1])))
     for side in sides:
         out[side] = {"what": API_SIDES[side][0]}
         for level, runs in per[side].items():

@@ -12,7 +12,7 @@ every worker, from ``/proc``), the engine's, and the benchmark client's own (thi
 the cores). Prints one JSON document (also written to ``--out``) with each phase and the 2 ÷ 1
 ratio of each round.
 
-    .venv/bin/python -m bench.workers_bench [--model DIR] [--engine tokens-only|paced] [--concurrency 64]
+    .venv/bin/python -m bench.experiments.workers_bench [--model DIR] [--engine tokens-only|paced] [--concurrency 64]
 """
 
 from __future__ import annotations

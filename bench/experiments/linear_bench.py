@@ -8,7 +8,7 @@ rounds, µs per layer. ``--steps`` also times whole lean decode steps of the def
 (SmolLM2-135M, bf16, its KV rows filled with random values) packed each way, at the
 ``--cases`` shapes, alternating, ms per step. Prints (and with ``--out``, writes) one JSON document.
 
-    .venv/bin/python -m bench.linear_bench [--rows 1 2 4 8 16 130 1000] [--threads 1] [--steps]
+    .venv/bin/python -m bench.experiments.linear_bench [--rows 1 2 4 8 16 130 1000] [--threads 1] [--steps]
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import sys
 import time
 from typing import Any
 
-from bench.decode_attention_bench import lengths, parse_case, report
+from bench.experiments.decode_attention_bench import lengths, parse_case, report
 
 SHAPES = ((960, 576), (576, 576), (3072, 576), (576, 1536))  # (outputs, inputs) of one SmolLM2 layer
 KERNELS = ("native", "onednn")

@@ -15,7 +15,7 @@ pass per server runs ``perf record`` over the measured streams at the largest co
 reports each thread's share by shared object (libgomp, the kernels' library, torch, Python).
 Prints (and with ``--out``, writes) one JSON document, with the load average before and after.
 
-    .venv/bin/python -m bench.thread_profile [--servers 1 2 2,TOKENWIRE_THREAD_PLAN=fixed] [--concurrency 1 8 16]
+    .venv/bin/python -m bench.experiments.thread_profile [--servers 1 2 2,TOKENWIRE_THREAD_PLAN=fixed] [--concurrency 1 8 16]
         [--rounds 3] [--perf]
 """
 

@@ -8,7 +8,7 @@ serve``) or the paced engine (bench/paced_engine.py: no model, one token per str
 runs this tree with the engine client (engine/remote.py, engine/remote_wire.py) of ``--baseline`` (a
 git revision) put in its place before the server imports it, so the two differ by that client alone.
 Per round and stream count, each front end streams ``--tokens`` tokens on each of ``c`` SSE chats
-(``bench.streams_targets``'s ``_api_streams``: the front end's process CPU around them, less its idle
+(``bench.experiments.streams_targets``'s ``api_streams``: the front end's process CPU around them, less its idle
 rate, per streamed token); the order of the two alternates by round. Reports each round, the medians and ``new / old`` per
 round with its median, and the load average before and after (the machine may be shared).
 
@@ -17,7 +17,7 @@ writes the stats (``old-C.prof``, ``new-C.prof``) and a text summary of the top 
 in µs per streamed token, of the measured streams only (SIGUSR1 switches the profiler on and off);
 cProfile slows what it measures, so those figures are for where the time goes, not for the totals.
 
-    .venv/bin/python -m bench.http_link_bench [--baseline REV] [--concurrency 16 64] [--rounds 3]
+    .venv/bin/python -m bench.experiments.http_link_bench [--baseline REV] [--concurrency 16 64] [--rounds 3]
 """
 
 from __future__ import annotations
@@ -36,13 +36,13 @@ from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
+from bench.experiments.streams_targets import api_streams
 from bench.loopback import PacedEngineProcess, emit, raise_fd_limit
 from bench.machine import load_average
-from bench.streams_targets import _api_streams
 from server.assets import ensure
 from tests.support.server_proc import ServerProcess
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _swap_preamble(old_files: dict[str, Path]) -> str:
@@ -90,7 +90,7 @@ def front_end(model: Path, engine_url: str, preamble: str) -> ServerProcess:
 
 def measure(front: ServerProcess, streams: int, tokens: int) -> dict[str, Any]:
     assert front.proc is not None
-    return asyncio.run(_api_streams(front.url, front.proc.pid, streams, tokens))
+    return asyncio.run(api_streams(front.url, front.proc.pid, streams, tokens))
 
 
 def summary(prof: Path, tokens: int, top: int = 25) -> list[dict[str, Any]]:

@@ -16,8 +16,8 @@ is set, as under ``tokenwire serve``); libgomp reads it once, so compare policie
 as an accelerator machine lent for a few minutes), and random prompts of 40-90 tokens. Prints
 (and with ``--out``, writes) one JSON document.
 
-    .venv/bin/python -m bench.thread_plan --engines 2:adaptive 2:fixed 1:fixed --rounds 3
-    python3 -m bench.thread_plan --random-weights --engines 15:adaptive 15:fixed 1:fixed --rounds 2
+    .venv/bin/python -m bench.experiments.thread_plan --engines 2:adaptive 2:fixed 1:fixed --rounds 3
+    python3 -m bench.experiments.thread_plan --random-weights --engines 15:adaptive 15:fixed 1:fixed --rounds 2
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Where a streamed token's server CPU goes: py-spy raw stacks (``streams_bench --profile DIR``) sorted
 into the stages of the path, as shares of the event-loop thread's busy samples.
 
-    .venv/bin/python -m bench.budget DIR/ws-c256-d256r0.txt [--us-per-token 39.5]
+    .venv/bin/python -m bench.experiments.budget DIR/ws-c256-d256r0.txt [--us-per-token 39.5]
 
 With ``--us-per-token`` (the same run's server CPU per token), each share is also given in µs. A
 sample goes to the first stage, in the order of :data:`STAGES`, that has a frame in its stack: the
