@@ -4,6 +4,8 @@ protocol, many requests on one WebSocket (``--engine-url ws://HOST:PORT``). No t
 Every request is a ``generate`` frame on a ``/v1/session`` socket offered with the
 ``tokenwire.batch`` subprotocol, so the front end reads one message per engine step for all the
 requests on that socket. Links, outputs, aborts and errors: docs/engine.md, "The engine link".
+Every link's tasks (its reader, its watchdog, the cancels it sends) run in the engine's
+:class:`~engine.task_host.TaskHost`, each link in a task group of its own that ends with it.
 """
 
 from __future__ import annotations
@@ -15,7 +17,9 @@ import secrets
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import anyio
 import orjson
+from anyio.abc import TaskGroup, TaskStatus
 
 from engine.access import EngineIds, auth_headers, key_refused
 from engine.errors import (
@@ -30,6 +34,7 @@ from engine.inbound import Expect, Malformed, protocol_error, safe_param
 from engine.interface import Engine, EngineHealth, EngineOutput, EngineStream
 from engine.outbox import Outbox, OutboxStream
 from engine.protocol import GenerateRequest, UsageInfo
+from engine.task_host import TaskHost
 
 log = logging.getLogger("tokenwire.link")
 
@@ -65,6 +70,7 @@ class LinkEngine(Engine):
         self._opening: asyncio.Lock | None = None
         self._room = asyncio.Event()  # set when a request ends (a full pool may have room again)
         self._closing = False
+        self._tasks = TaskHost(f"engine links {self.url}")  # every link's tasks, until close()
 
     # --- lifecycle -------------------------------------------------------------------------
     async def start(self) -> None:
@@ -78,6 +84,7 @@ class LinkEngine(Engine):
         links, self._links = self._links, []
         for link in links:
             await link.close(EngineShutDown("The server is shutting down; retry the request (on another replica)."))
+        await self._tasks.aclose()  # the links that ended by themselves too: nothing of theirs runs on
 
     # --- the Engine interface --------------------------------------------------------------
     def generate(self, request: GenerateRequest) -> EngineStream:
@@ -137,7 +144,13 @@ class LinkEngine(Engine):
                 async with self._opening:
                     if any(link.has_room for link in self._links if not link.closed):
                         continue
+                    group = await self._tasks.open()
                     link = await _Link.open(self.url, self.connect_timeout, self.api_key, self.read_timeout)
+                    if self._closing:  # close() came while it opened
+                        await link.close(EngineShutDown("The server is shutting down; retry the request "
+                                                        "(on another replica)."))
+                        continue
+                    await group.start(link.run, name=f"engine link {self.url}")
                     link.on_free = self._room.set
                     self._links.append(link)
                     return link
@@ -209,12 +222,10 @@ class _Link:
         self._next = 0
         self._bound = LINK_FRAME_BYTES  # the largest message its requests may receive now
         self._ending: dict[str, int] = {}  # calls left before the engine ended them: their share of the bound
-        self._tasks: set[asyncio.Task[None]] = set()
-        loop = asyncio.get_running_loop()
-        self._now = loop.time
-        self._reader = loop.create_task(self._read(), name=f"engine link {url}")
-        self._watch = (loop.create_task(self._watchdog(read_timeout), name=f"engine link timeout {url}")
-                       if read_timeout else None)
+        self._read_timeout = read_timeout
+        self._tg: TaskGroup | None = None  # the link's tasks beside its reader, while run() runs
+        self._ended = asyncio.Event()  # run() ended: nothing of the link runs, its socket is closed
+        self._now = asyncio.get_running_loop().time
 
     @classmethod
     async def open(cls, url: str, timeout: float, api_key: str | None = None,
@@ -285,10 +296,37 @@ class _Link:
         self.forget(call)
         if self.on_free is not None:
             self.on_free()
+        if not self.closed and self._tg is not None:
+            self._tg.start_soon(self._send_cancel, call.id, None, name=f"engine link cancel {self.url}")
+
+    async def run(self, *, task_status: TaskStatus[None] = anyio.TASK_STATUS_IGNORED) -> None:
+        """The link's life (a task of the engine's task group): its reader, here, until the socket
+        ends or :meth:`close`; beside it, in the link's own task group, the watchdog and the cancels
+        being sent, which end with it. At the end its requests have their error and the socket is
+        closed."""
+        error: EngineError = EngineUnavailable("The connection to the remote engine was lost.")
+        try:
+            async with anyio.create_task_group() as tg:
+                self._tg = tg
+                task_status.started()
+                if self._read_timeout:
+                    tg.start_soon(self._watchdog, self._read_timeout, name=f"engine link timeout {self.url}")
+                error = await self._read()
+                self._end(error)  # at once: no request is placed on a link that is not read
+                tg.cancel_scope.cancel()
+        except Exception:  # a bug of ours beside the reader (the watchdog): a 502 for its requests, not a hang
+            log.exception("engine link %s: failed", self.url)
+        finally:
+            self._tg = None
+            self._end(error)
+            with anyio.CancelScope(shield=True), contextlib.suppress(Exception):
+                await self.ws.close()  # a link not read further is not kept open (closed: a no-op)
+            self._ended.set()
+
+    def _end(self, error: EngineError) -> None:
         if not self.closed:
-            task = asyncio.get_running_loop().create_task(self.cancel(call.id))
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
+            self.closed = True
+            self._fail_all(error)
 
     async def _watchdog(self, timeout: float) -> None:
         """``--engine-timeout`` per request: one the engine sent nothing for in that long (its pings,
@@ -312,24 +350,41 @@ class _Link:
             raise EngineUnavailable("The connection to the remote engine was lost.") from None
 
     async def cancel(self, call_id: str) -> None:
-        with contextlib.suppress(EngineError):
-            await asyncio.shield(self.send(orjson.dumps({"type": "cancel", "id": call_id}).decode()))
+        """Tell the engine to stop ``call_id``. The frame is sent from the link's task group, so
+        a caller cancelled meanwhile (its client gone) still stops the engine's work."""
+        if self.closed or self._tg is None:
+            return  # nothing reaches an engine over a closed link
+        sent = anyio.Event()
+        self._tg.start_soon(self._send_cancel, call_id, sent, name=f"engine link cancel {self.url}")
+        await sent.wait()
+
+    async def _send_cancel(self, call_id: str, sent: anyio.Event | None) -> None:
+        try:
+            with contextlib.suppress(EngineError):
+                await self.send(orjson.dumps({"type": "cancel", "id": call_id}).decode())
+        finally:
+            if sent is not None:
+                sent.set()
 
     async def close(self, error: EngineError) -> None:
-        if not self.closed:
-            self.closed = True
-            self._reader.cancel()
-            if self._watch is not None:
-                self._watch.cancel()
-            self._fail_all(error)
+        """End the link: ``error`` to its requests, its tasks cancelled; returns once they ended
+        and the socket is closed."""
+        if self.closed:
+            return
+        self._end(error)
+        if self._tg is None:  # never run
             with contextlib.suppress(Exception):
                 await self.ws.close()
+            return
+        self._tg.cancel_scope.cancel()
+        await self._ended.wait()
 
     def _fail_all(self, error: EngineError) -> None:
         for call in list(self.calls.values()):  # a push may end its call, which leaves self.calls
             call.outbox.push(error)
 
-    async def _read(self) -> None:
+    async def _read(self) -> EngineError:
+        """Read the link until it ends; the error its requests end with."""
         from websockets.exceptions import ConnectionClosed, ConnectionClosedOK, WebSocketException
 
         recv = self.ws.recv
@@ -371,12 +426,7 @@ class _Link:
             error = protocol_error(what)
         except Exception:  # a bug of ours on this path: its requests end with a 502, not a hang
             log.exception("engine link %s: reading failed", self.url)
-        self.closed = True
-        if self._watch is not None:
-            self._watch.cancel()
-        self._fail_all(error)
-        with contextlib.suppress(Exception):  # a link not read further is not kept open (closed: a no-op)
-            await self.ws.close()
+        return error
 
     def _dispatch(self, frame: Any) -> None:
         if type(frame) is not dict:
