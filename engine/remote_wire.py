@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import sys
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -29,6 +30,10 @@ END = object()  # the response body ended
 
 # the response states of a connection
 _HEAD, _LENGTH, _CHUNK_SIZE, _CHUNK_DATA, _CHUNK_CRLF, _TRAILER, _UNTIL_CLOSE, _IDLE = range(8)
+# the states that take body bytes as they come, up to ``Conn.remaining`` (a content-length's, a chunk's
+# size, or for a body that ends with the connection, more than any answer holds)
+_TAKING = (_LENGTH, _CHUNK_DATA, _UNTIL_CLOSE)
+_UNBOUNDED = sys.maxsize
 
 
 class Client(Protocol):
@@ -329,12 +334,8 @@ class Conn(asyncio.Protocol):
         if answer is None:  # bytes nobody asked for: this connection is not reused
             self.drop()
             return
-        state = self.state
-        if state == _LENGTH and len(data) < self.remaining:  # the common case, no copy
+        if len(data) < self.remaining and self.state in _TAKING:  # body bytes alone: handed over, no copy
             self.remaining -= len(data)
-            answer.body(data)
-            return
-        if state == _UNTIL_CLOSE:
             answer.body(data)
             return
         self.buf += data
@@ -352,26 +353,7 @@ class Conn(asyncio.Protocol):
         try:
             while self.answer is answer:
                 state = self.state
-                if state == _HEAD:
-                    end = buf.find(b"\r\n\r\n", at)
-                    if end < 0:
-                        if len(buf) - at > MAX_HEAD_BYTES:
-                            raise Malformed("a response head larger than 64 KiB")
-                        return
-                    head = bytes(buf[at:end])
-                    at = end + 4
-                    self._head(answer, head)
-                elif state == _LENGTH:
-                    take = min(self.remaining, len(buf) - at)
-                    if take:
-                        parts.append(bytes(buf[at:at + take]))
-                    at += take
-                    self.remaining -= take
-                    if self.remaining:
-                        return
-                    self._complete(answer, parts)
-                    parts = []
-                elif state == _CHUNK_SIZE:
+                if state == _CHUNK_SIZE:
                     end = buf.find(b"\r\n", at)
                     if end < 0:
                         if len(buf) - at > 1024:
@@ -390,7 +372,7 @@ class Conn(asyncio.Protocol):
                     else:
                         self.remaining = size
                         self.state = _CHUNK_DATA
-                elif state == _CHUNK_DATA:
+                elif state in _TAKING:
                     take = min(self.remaining, len(buf) - at)
                     if take:
                         parts.append(bytes(buf[at:at + take]))
@@ -398,7 +380,11 @@ class Conn(asyncio.Protocol):
                     self.remaining -= take
                     if self.remaining:
                         return
-                    self.state = _CHUNK_CRLF
+                    if state == _CHUNK_DATA:
+                        self.state = _CHUNK_CRLF
+                    else:
+                        self._complete(answer, parts)
+                        parts = []
                 elif state == _CHUNK_CRLF:
                     if len(buf) - at < 2:
                         return
@@ -406,6 +392,15 @@ class Conn(asyncio.Protocol):
                         raise Malformed("a chunked body whose chunk does not end with CRLF")
                     at += 2
                     self.state = _CHUNK_SIZE
+                elif state == _HEAD:
+                    end = buf.find(b"\r\n\r\n", at)
+                    if end < 0:
+                        if len(buf) - at > MAX_HEAD_BYTES:
+                            raise Malformed("a response head larger than 64 KiB")
+                        return
+                    head = bytes(buf[at:end])
+                    at = end + 4
+                    self._head(answer, head)
                 elif state == _TRAILER:
                     end = buf.find(b"\r\n", at)
                     if end < 0:
@@ -417,13 +412,9 @@ class Conn(asyncio.Protocol):
                     if empty:
                         self._complete(answer, parts)
                         parts = []
-                else:  # _UNTIL_CLOSE (after a head without length) or _IDLE
+                else:  # _IDLE
                     if at < len(buf):
-                        if state == _UNTIL_CLOSE:
-                            parts.append(bytes(buf[at:]))
-                            at = len(buf)
-                        else:
-                            raise Malformed("bytes after the end of an answer")
+                        raise Malformed("bytes after the end of an answer")
                     return
         finally:
             if parts and self.answer is answer:
@@ -464,6 +455,7 @@ class Conn(asyncio.Protocol):
             self.state = _LENGTH
         else:
             self.keep = False
+            self.remaining = _UNBOUNDED
             self.state = _UNTIL_CLOSE
 
     def _complete(self, answer: Answer, parts: list[bytes]) -> None:
