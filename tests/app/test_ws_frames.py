@@ -16,7 +16,7 @@ from starlette.testclient import TestClient, WebSocketDenialResponse
 
 from tests.conftest import asset_path
 from tests.support.cli_app import cli_client
-from tests.support.session_frames import SessionFrames, open_session
+from tests.support.session_frames import SessionFrames, connect, open_session
 from tests.support.ws_fuzz import auth_subprotocol
 
 KEY = "e2e key/+="  # not a valid subprotocol token as is: the browser form base64url-encodes it
@@ -33,8 +33,7 @@ def client() -> Iterator[TestClient]:
 
 
 def refused_status(client: TestClient, **kwargs: Any) -> int:
-    kwargs["headers"] = dict(kwargs.get("headers") or {})  # TestClient adds the upgrade headers to the dict it gets
-    with pytest.raises(WebSocketDenialResponse) as info, client.websocket_connect("/v1/session", **kwargs):
+    with pytest.raises(WebSocketDenialResponse) as info, connect(client, **kwargs):
         pass
     return info.value.status_code
 

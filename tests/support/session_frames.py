@@ -13,6 +13,8 @@ import pytest
 from starlette.testclient import TestClient
 from starlette.websockets import WebSocketDisconnect
 
+from tests.support.cli_app import BASE_URL
+
 
 class SessionFrames:
     """Sends frames, reads frames checking that ``seq`` grows by exactly one, routes by ``id``."""
@@ -55,13 +57,20 @@ class SessionFrames:
         return info.value.code, info.value.reason
 
 
+def connect(client: TestClient, **kwargs: Any) -> Any:
+    """``client.websocket_connect("/v1/session", **kwargs)`` with the ``Host`` a test sends a process
+    on a local port (TestClient's WebSocket URL is always ``ws://testserver``), on a copy of
+    ``headers`` (TestClient adds the upgrade headers to the dict it gets)."""
+    headers = {"host": BASE_URL.removeprefix("http://"), **(kwargs.pop("headers", None) or {})}
+    return client.websocket_connect("/v1/session", headers=headers, **kwargs)
+
+
 @contextmanager
 def open_session(client: TestClient, **kwargs: Any) -> Iterator[SessionFrames]:
     """A session opened with ``tokenwire.v1`` (unless ``subprotocols`` says otherwise), its
     ``session.created`` read into ``created``. ``kwargs``: TestClient's ``headers`` and ``subprotocols``."""
     kwargs.setdefault("subprotocols", ["tokenwire.v1"])
-    kwargs["headers"] = dict(kwargs.get("headers") or {})  # TestClient adds the upgrade headers to the dict it gets
-    with client.websocket_connect("/v1/session", **kwargs) as ws:
+    with connect(client, **kwargs) as ws:
         session = SessionFrames(ws)
         session.created = session.next()
         assert session.created["type"] == "session.created"

@@ -1,6 +1,7 @@
 """Derender-state tampering, the same table over both transports: ``POST /v1/chat/completions/derender``
-(``stream: true``) and the WebSocket ``derender`` frame, on real servers; and resume checkpoints of
-WebSocket pipeline streams.
+(``stream: true``) and the WebSocket ``derender`` frame, in process on the apps the ``launch render``
+and ``serve`` command lines build (tests/support/cli_app.py); and resume checkpoints of WebSocket
+pipeline streams.
 
 Every tampered state is refused before any of it is used, with the same message over HTTP (400,
 ``param: stream_state``) and WebSocket (``error`` ``bad_state`` with its ``reason``), and a refused
@@ -15,18 +16,15 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
-from websockets.sync.client import ClientConnection
+from starlette.testclient import TestClient
 
-from tests.support.server_proc import ServerProcess
-from tests.support.ws_fuzz import open_session
-
-pytestmark = pytest.mark.slow
+from tests.conftest import asset_path
+from tests.support.cli_app import cli_client
+from tests.support.session_frames import SessionFrames, open_session
 
 DERENDER = "/v1/chat/completions/derender"
 CHAT_REQUEST = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "stream": True}
@@ -34,14 +32,14 @@ OUTPUT = "Sure, let me check the weather in Paris for you. It is sunny and warm 
 
 
 @pytest.fixture(scope="module")
-def replica_a(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    with ServerProcess(["launch", "render", str(asset("qwen3")), "--state-secret", "secret-a-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
+def replica_a() -> Iterator[TestClient]:
+    with cli_client(["launch", "render", str(asset_path("qwen3")), "--state-secret", "secret-a-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def replica_b(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    with ServerProcess(["launch", "render", str(asset("qwen3")), "--state-secret", "secret-b-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
+def replica_b() -> Iterator[TestClient]:
+    with cli_client(["launch", "render", str(asset_path("qwen3")), "--state-secret", "secret-b-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
         yield srv
 
 
@@ -55,14 +53,14 @@ def body(ids: list[int], state: Any, *, request_id: str = "chatcmpl-x", index: i
             "stream_state": state, "prompt_token_ids": [1, 2, 3], "chat_request": CHAT_REQUEST}
 
 
-def http_step(srv: ServerProcess, step_body: dict[str, Any]) -> httpx.Response:
-    return httpx.post(srv.url + DERENDER, json={**step_body, "stream": True}, timeout=30)
+def http_step(srv: TestClient, step_body: dict[str, Any]) -> Any:
+    return srv.post(DERENDER, json={**step_body, "stream": True})
 
 
-def ws_step(ws: ClientConnection, rid: str, step_body: dict[str, Any]) -> dict[str, Any]:
-    ws.send(orjson.dumps({"type": "derender", "id": rid, "kind": "chat", "body": step_body}).decode())
+def ws_step(ws: SessionFrames, rid: str, step_body: dict[str, Any]) -> dict[str, Any]:
+    ws.send(type="derender", id=rid, kind="chat", body=step_body)
     while True:
-        frame: dict[str, Any] = orjson.loads(ws.recv(timeout=30))
+        frame = ws.next()
         if frame.get("id") == rid:
             return frame
 
@@ -101,7 +99,7 @@ TAMPERS: list[tuple[str, Callable[[str, str, str], Any], dict[str, Any], str]] =
 
 
 @pytest.fixture(scope="module")
-def states(replica_a: ServerProcess, replica_b: ServerProcess, token_ids: list[int]) -> dict[str, str]:
+def states(replica_a: TestClient, replica_b: TestClient, token_ids: list[int]) -> dict[str, str]:
     s1 = http_step(replica_a, body(token_ids[:3], None)).json()["stream_state"]
     other = http_step(replica_a, body(token_ids[:3], None, request_id="chatcmpl-other")).json()["stream_state"]
     b1 = http_step(replica_b, body(token_ids[:3], None)).json()["stream_state"]
@@ -110,7 +108,7 @@ def states(replica_a: ServerProcess, replica_b: ServerProcess, token_ids: list[i
 
 @pytest.mark.parametrize(("name", "tamper", "overrides", "reason"), TAMPERS, ids=[t[0] for t in TAMPERS])
 def test_a_tampered_state_is_refused_alike_over_http_and_websocket_and_the_stream_continues(
-        replica_a: ServerProcess, states: dict[str, str], token_ids: list[int], name: str,
+        replica_a: TestClient, states: dict[str, str], token_ids: list[int], name: str,
         tamper: Callable[[str, str, str], Any], overrides: dict[str, Any], reason: str) -> None:
     bad = tamper(states["s1"], states["other"], states["b1"])
     step = body(token_ids[3:6], bad, **overrides)
@@ -119,23 +117,19 @@ def test_a_tampered_state_is_refused_alike_over_http_and_websocket_and_the_strea
     http_error = r.json()["error"]
     assert http_error["param"] == "stream_state"
 
-    ws = open_session(replica_a.ws_url)
-    try:
+    with open_session(replica_a) as ws:
         frame = ws_step(ws, "bad", step)
         assert (frame["type"], frame["error"]["code"], frame["error"]["reason"]) == ("error", "bad_state", reason)
         assert frame["error"]["message"] == http_error["message"]
         assert frame["error"]["status"] == 400
         good = ws_step(ws, "good", body(token_ids[3:6], states["s1"]))  # the real state still works
         assert good["type"] == "derender.delta"
-    finally:
-        ws.close()
     assert http_step(replica_a, body(token_ids[3:6], states["s1"])).status_code == 200
 
 
 def test_replayed_and_reordered_states_are_refused_by_a_session_and_repeat_over_http(
-        replica_a: ServerProcess, token_ids: list[int]) -> None:
-    ws = open_session(replica_a.ws_url)
-    try:
+        replica_a: TestClient, token_ids: list[int]) -> None:
+    with open_session(replica_a) as ws:
         first = ws_step(ws, "1", body(token_ids[:3], None))["result"]
         second = ws_step(ws, "2", body(token_ids[3:6], first["stream_state"]))["result"]
         replayed = ws_step(ws, "3", body(token_ids[3:6], first["stream_state"]))
@@ -144,20 +138,17 @@ def test_replayed_and_reordered_states_are_refused_by_a_session_and_repeat_over_
         assert third["type"] == "derender.delta"
         reordered = ws_step(ws, "5", body(token_ids[6:9], first["stream_state"]))
         assert (reordered["error"]["code"], reordered["error"]["reason"]) == ("bad_state", "reordered")
-    finally:
-        ws.close()
     # HTTP keeps no memory: the same state twice gives the same continuation, byte for byte
     again = [http_step(replica_a, body(token_ids[3:6], first["stream_state"])).json() for _ in range(2)]
     assert again[0]["chunk"]["choices"] == again[1]["chunk"]["choices"] == second["chunk"]["choices"]
 
 
 def test_a_restarted_stream_is_accepted_at_every_step_over_websocket(
-        replica_a: ServerProcess, token_ids: list[int]) -> None:
+        replica_a: TestClient, token_ids: list[int]) -> None:
     # Restarting under the same request id used to be accepted at step 1 (stream_state null) and
     # refused at step 2 as reordered: the session still remembered the earlier stream.
     pieces = [token_ids[:3], token_ids[3:6], token_ids[6:9]]
-    ws = open_session(replica_a.ws_url)
-    try:
+    with open_session(replica_a) as ws:
         for run in ("first", "restarted"):
             state, used, text = None, None, ""
             for k, piece in enumerate(pieces):
@@ -169,16 +160,14 @@ def test_a_restarted_stream_is_accepted_at_every_step_over_websocket(
         # within the restarted stream, the usual rule: a state it used already is a replay
         again = ws_step(ws, "again", body(pieces[2], used))
         assert (again["error"]["code"], again["error"]["reason"]) == ("bad_state", "replayed")
-    finally:
-        ws.close()
 
 
 # -- resume checkpoints of pipeline streams (WebSocket) ----------------------------------------------------
 @pytest.fixture(scope="module")
-def engine_server(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    args = ["serve", str(asset("tiny-qwen3")), "--dtype", "float32", "--max-model-len", "256",
+def engine_server() -> Iterator[TestClient]:
+    args = ["serve", str(asset_path("tiny-qwen3")), "--dtype", "float32", "--max-model-len", "256",
             "--state-secret", "secret-a-0123456789-abcdefghijklmnopqrstuvwxyz"]
-    with ServerProcess(args, startup_timeout=180) as srv:
+    with cli_client(args) as srv:
         yield srv
 
 
@@ -186,11 +175,11 @@ CHAT = {"messages": [{"role": "user", "content": "Count to ten."}], "max_tokens"
         "ignore_eos": True}
 
 
-def run_chat(ws: ClientConnection, rid: str, chat: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
-    ws.send(orjson.dumps({"type": "chat", "id": rid, "body": chat, **extra}).decode())
+def run_chat(ws: SessionFrames, rid: str, chat: dict[str, Any], **extra: Any) -> list[dict[str, Any]]:
+    ws.send(type="chat", id=rid, body=chat, **extra)
     frames = []
     while True:
-        frame = orjson.loads(ws.recv(timeout=60))
+        frame = ws.next()
         if frame.get("id") == rid:
             frames.append(frame)
             if frame["type"] in ("chat.done", "error"):
@@ -198,11 +187,10 @@ def run_chat(ws: ClientConnection, rid: str, chat: dict[str, Any], **extra: Any)
 
 
 def test_a_tampered_resume_checkpoint_is_refused_and_the_real_one_resumes(
-        engine_server: ServerProcess, tokenizer: Callable[[str], Any]) -> None:
+        engine_server: TestClient, tokenizer: Callable[[str], Any]) -> None:
     tok = tokenizer("qwen3")
     im_end, im_start = tok.convert_tokens_to_ids("<|im_end|>"), tok.convert_tokens_to_ids("<|im_start|>")
-    ws = open_session(engine_server.ws_url)
-    try:
+    with open_session(engine_server) as ws:
         frames = run_chat(ws, "c", CHAT, resumable=True)
         deltas = [f for f in frames if f["type"] == "chat.delta"]
         cut = next(i for i, f in enumerate(deltas) if f["checkpoint"] and i >= 2)
@@ -234,5 +222,3 @@ def test_a_tampered_resume_checkpoint_is_refused_and_the_real_one_resumes(
         tail = "".join(ch["choices"][0]["delta"].get("content") or "" for f in resumed if f["type"] == "chat.delta"
                        for ch in f["chunks"] if ch.get("choices"))
         assert head + tail == full
-    finally:
-        ws.close()
