@@ -30,6 +30,9 @@ sys.meta_path.insert(0, _BrokenTorch())
 """
 
 
+# Makes any import of torch fail (sys.modules holds None for it).
+NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
+
 # Makes any import of torch or transformers fail: a check that runs before the model loads needs neither.
 NO_MODEL_LIBS = "import sys\nsys.modules['torch'] = None\nsys.modules['transformers'] = None\n"
 
@@ -214,3 +217,13 @@ def test_api_key_guards_v1_routes_but_not_health(asset: Callable[[str], Path]) -
         assert httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer wrong"}).status_code == 401
         ok = httpx.get(srv.url + "/v1/models", headers={"Authorization": "Bearer sekret"})
         assert ok.status_code == 200
+
+
+@pytest.mark.slow
+def test_a_chat_template_that_does_not_compile_stops_startup(asset: Callable[[str], Path]) -> None:
+    done = run_cli(["launch", "render", asset("qwen3"), "--port", "0", "--chat-template", "{% if %}oops"],
+                   preamble=NO_TORCH)
+    assert done.returncode == 2
+    lines = done.stderr.strip().splitlines()
+    assert lines[-1].startswith("tokenwire: error: the chat template does not compile:"), done.stderr
+    assert "Traceback" not in done.stderr

@@ -1,33 +1,36 @@
-"""Every render error case against a real ``tokenwire launch render`` process: status and message.
+"""Every render error case on the app ``tokenwire launch render`` builds, in process
+(tests/support/cli_app.py): status and message.
 
-The server runs the real Qwen3 tokenizer with ``--max-model-len 64`` (so length errors are cheap
-to provoke), no tool parser, and ``torch`` made unimportable (render must never need it).
+The app runs the real Qwen3 tokenizer with ``--max-model-len 64`` (so length errors are cheap
+to provoke), no tool parser, and ``torch`` made unimportable while this module runs (render must
+never need it; tests/e2e/test_cli.py starts a ``launch render`` process where importing torch fails,
+and holds the start-up error of a chat template that does not compile).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
-from pathlib import Path
+import sys
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
 import pytest
+from starlette.testclient import TestClient
 
-from tests.support.server_proc import ServerProcess, run_cli
+from tests.conftest import asset_path
+from tests.support.cli_app import cli_client
 
-pytestmark = pytest.mark.slow
-
-NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
 CHAT, COMPLETION, MESSAGES = "/v1/chat/completions/render", "/v1/completions/render", "/v1/messages/render"
 USER = [{"role": "user", "content": "hi"}]
 TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "object", "properties": {}}}}]
 
 
 @pytest.fixture(scope="module")
-def client(asset: Callable[[str], Path]) -> Iterator[httpx.Client]:
-    with ServerProcess(["launch", "render", asset("qwen3"), "--max-model-len", "64"], preamble=NO_TORCH) as srv, \
-            httpx.Client(base_url=srv.url, timeout=30) as c:
-        yield c
+def client() -> Iterator[TestClient]:
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
+        with cli_client(["launch", "render", asset_path("qwen3"), "--max-model-len", "64"]) as c:
+            yield c
 
 
 def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:
@@ -242,12 +245,3 @@ def test_no_error_leaks_a_traceback(client: httpx.Client) -> None:
         r = client.post(CHAT, json=body)
         assert r.status_code == 400, r.text
         assert "Traceback" not in r.text
-
-
-def test_a_chat_template_that_does_not_compile_stops_startup(asset: Callable[[str], Path]) -> None:
-    done = run_cli(["launch", "render", asset("qwen3"), "--port", "0", "--chat-template", "{% if %}oops"],
-                   preamble=NO_TORCH)
-    assert done.returncode == 2
-    lines = done.stderr.strip().splitlines()
-    assert lines[-1].startswith("tokenwire: error: the chat template does not compile:"), done.stderr
-    assert "Traceback" not in done.stderr
