@@ -2,7 +2,11 @@
 
 An :class:`Engine` has a few async methods. ``generate`` returns an :class:`EngineStream`: an
 async iterator of :class:`EngineOutput` — one per engine step that produced tokens for this
-request — whose last item has ``finished=True`` and the usage. Closing the stream before that
+request — whose last item has ``finished=True`` and the usage, or, the other way in, a source that
+hands each output to a callback as it arrives (:meth:`EngineStream.listen`: every stream can be
+listened to; one fed by the engine's delivery on the event loop wakes no task per output). A
+:class:`StreamMeter` set with :meth:`EngineStream.measure` sees every output either way (the
+server's per-token metrics). Closing the stream before that
 (``aclose()``, ``async with``) aborts the request at the engine and frees its memory, with the one
 close behaviour every engine shares (:meth:`EngineStream.aclose`, docs/engine.md "Closing a
 stream"); ``abort`` does the same by id from elsewhere (e.g. ``POST /abort_requests``).
@@ -15,10 +19,10 @@ from __future__ import annotations
 
 import abc
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
+from typing import Any, Protocol
 
 import anyio
 
@@ -57,9 +61,18 @@ class EngineHealth:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+class StreamMeter(Protocol):
+    """What measures one engine stream (``server.metrics``): every output as the engine delivers
+    it, and the close."""
+
+    def output(self, out: EngineOutput) -> None: ...
+
+    def closed(self) -> None: ...
+
+
 class EngineStream(abc.ABC):
-    """One engine request's outputs (what :meth:`Engine.generate` returns): iterate it; close it
-    once done or left, in a ``finally`` or with ``async with``.
+    """One engine request's outputs (what :meth:`Engine.generate` returns): iterate it, or
+    :meth:`listen` to it, once; close it once done or left, in a ``finally`` or with ``async with``.
 
     :meth:`aclose` is the one way an engine stream closes: an unfinished request is aborted at the
     engine (:meth:`_close`, per engine), shielded from the closing task's cancellation (a client that
@@ -68,16 +81,33 @@ class EngineStream(abc.ABC):
     it must not replace the error being handled); a second call does nothing. Iterating a closed
     stream ends it."""
 
-    __slots__ = ("_closed",)
+    __slots__ = ("_closed", "_meter")
 
     def __init__(self) -> None:
         self._closed = False
+        self._meter: StreamMeter | None = None
 
     def __aiter__(self) -> EngineStream:
         return self
 
     @abc.abstractmethod
-    async def __anext__(self) -> EngineOutput: ...
+    async def __anext__(self) -> EngineOutput:
+        """The next output (each one shown to the meter)."""
+
+    async def listen(self, on_output: Callable[[EngineOutput], bool]) -> None:
+        """Hand each output to ``on_output`` as it arrives, until the last one or until
+        ``on_output`` returns True (it needs no more: a stop string); return then. The stream's
+        error, or ``on_output``'s, is raised here. The caller still closes the stream (which
+        aborts what the engine has not finished). This default reads :meth:`__anext__`; a stream
+        fed on the event loop overrides it to call ``on_output`` from that delivery
+        (``engine.outbox.OutboxStream``)."""
+        async for out in self:
+            if on_output(out) or out.finished:
+                return
+
+    def measure(self, meter: StreamMeter) -> None:
+        """Show every output to ``meter`` as it arrives, and the close; before the first read."""
+        self._meter = meter
 
     @abc.abstractmethod
     async def _close(self) -> None:
@@ -91,6 +121,8 @@ class EngineStream(abc.ABC):
         if self._closed:
             return
         self._closed = True
+        if self._meter is not None:
+            self._meter.closed()
         with anyio.move_on_after(ABORT_GRACE_S, shield=True) as scope:
             try:
                 await self._close()
@@ -122,7 +154,10 @@ class IteratorStream(EngineStream):
     async def __anext__(self) -> EngineOutput:
         if self._closed:
             raise StopAsyncIteration
-        return await self._outputs.__anext__()
+        out = await self._outputs.__anext__()
+        if self._meter is not None:
+            self._meter.output(out)
+        return out
 
     async def _close(self) -> None:
         aclose = getattr(self._outputs, "aclose", None)

@@ -23,58 +23,79 @@ DEFAULT_CAPACITY = 64
 
 
 class Outbox:
-    """One request's pending outputs (loop-thread only)."""
+    """One request's pending outputs (loop-thread only). ``meter``: the hook that sees every
+    output as it is pushed (the stream's :class:`engine.interface.StreamMeter`)."""
 
-    __slots__ = ("_items", "_listener", "_on_last", "_waiter", "capacity", "done")
+    __slots__ = ("_items", "_listener", "_on_end", "_waiter", "capacity", "done", "meter")
 
     def __init__(self, capacity: int = DEFAULT_CAPACITY) -> None:
         self._items: deque[EngineOutput | EngineError] = deque()
         self._waiter: asyncio.Future[None] | None = None
-        self._listener: Callable[[EngineOutput | EngineError], None] | None = None
-        self._on_last: Callable[[], None] | None = None
+        self._listener: Callable[[EngineOutput], bool] | None = None
+        self._on_end: Callable[[BaseException | None], None] | None = None
         self.capacity = capacity
         self.done = False  # the final output (or an error) has been pushed
+        self.meter: Callable[[EngineOutput], None] | None = None
 
-    def listen(self, callback: Callable[[EngineOutput | EngineError], None],
-               on_last: Callable[[], None] | None = None) -> None:
-        """From now on hand every item to ``callback`` as it is pushed, instead of keeping it for
-        :meth:`get` (what is pending goes first, merged as ``get`` would). The consumer then runs
-        inside the engine's own delivery on the event loop: no task is woken per output.
-        ``on_last`` runs just before the last item (the finished output, or an error) is handed."""
-        self._listener = callback
-        self._on_last = on_last
-        while self._items:
+    def listen(self, on_output: Callable[[EngineOutput], bool],
+               on_end: Callable[[BaseException | None], None]) -> None:
+        """From now on hand every output to ``on_output`` as it is pushed, instead of keeping it
+        for :meth:`get` (what is pending goes first, merged as ``get`` would). The consumer then
+        runs inside the engine's own delivery on the event loop: no task is woken per output.
+        ``on_end`` runs once, after the last output or once ``on_output`` returned True (None), or
+        with the error: the engine's, or the one ``on_output`` raised. Nothing is handed after it."""
+        self._listener = on_output
+        self._on_end = on_end
+        while self._items and self._listener is on_output:
             item = self._items.popleft()
             if isinstance(item, EngineOutput):
                 while self._items and isinstance(self._items[0], EngineOutput):
                     merge_into(item, self._items.popleft())  # type: ignore[arg-type]
-            if on_last is not None and (isinstance(item, EngineError) or item.finished):
-                on_last()
-            callback(item)
+            self._hand(on_output, item)
+
+    def unlisten(self) -> None:
+        """Hand nothing more (the consumer left)."""
+        self._listener = _ignore
+        self._on_end = None
 
     def push(self, item: EngineOutput | EngineError) -> None:
         if self.done:
             return
+        if isinstance(item, EngineOutput):
+            if self.meter is not None:
+                self.meter(item)
+            self.done = item.finished
+        else:
+            self.done = True
         listener = self._listener
         if listener is not None:
-            if isinstance(item, EngineError) or item.finished:
-                self.done = True
-                if self._on_last is not None:
-                    self._on_last()
-            listener(item)
+            self._hand(listener, item)
             return
         if isinstance(item, EngineError):
             self._items.append(item)
-            self.done = True
         elif self._items and len(self._items) >= self.capacity and isinstance(self._items[-1], EngineOutput):
             merge_into(self._items[-1], item)
-            self.done = item.finished
         else:
             self._items.append(item)
-            self.done = item.finished
         waiter = self._waiter
         if waiter is not None and not waiter.done():
             waiter.set_result(None)
+
+    def _hand(self, listener: Callable[[EngineOutput], bool], item: EngineOutput | EngineError) -> None:
+        if isinstance(item, EngineError):
+            self._end(item)
+            return
+        try:
+            if listener(item) or item.finished:
+                self._end(None)
+        except Exception as exc:  # the consumer failed: it ends with its error
+            self._end(exc)
+
+    def _end(self, error: BaseException | None) -> None:
+        on_end = self._on_end
+        self.unlisten()
+        if on_end is not None:
+            on_end(error)
 
     async def get(self) -> EngineOutput:
         while not self._items:
@@ -126,13 +147,13 @@ def merge_into(target: EngineOutput, new: EngineOutput) -> None:
 
 class OutboxStream(EngineStream):
     """An engine request's outputs, read from its :class:`Outbox`: an :class:`EngineStream`
-    (``aclose`` aborts what has not finished, as every engine stream closes), or, once started, a
-    source that hands each output to a callback from the engine's delivery on the event loop
-    (:meth:`listen`: no task woken per output).
+    (``aclose`` aborts what has not finished, as every engine stream closes) whose :meth:`listen`
+    hands each output over from the engine's delivery on the event loop (no task woken per
+    output). Its meter is the outbox's hook.
 
-    ``start`` admits the request and returns its outbox (it runs at the first ``__anext__``, so
-    admission errors raise there); ``forget`` drops the engine's bookkeeping once the request ended
-    or was left; ``abort`` stops an unfinished request at the engine."""
+    ``start`` admits the request and returns its outbox (it runs at the first read, so admission
+    errors raise there); ``forget`` drops the engine's bookkeeping once the request ended or was
+    left; ``abort`` stops an unfinished request at the engine."""
 
     __slots__ = ("_abort", "_box", "_ended", "_forget", "_start")
 
@@ -145,14 +166,19 @@ class OutboxStream(EngineStream):
         self._box: Outbox | None = None
         self._ended = False
 
-    async def __anext__(self) -> EngineOutput:
-        if self._ended or self._closed:
-            raise StopAsyncIteration
+    async def _started(self) -> Outbox:
         box = self._box
         if box is None:
             box = self._box = await self._start()
+            if self._meter is not None:
+                box.meter = self._meter.output
+        return box
+
+    async def __anext__(self) -> EngineOutput:
+        if self._ended or self._closed:
+            raise StopAsyncIteration
         try:
-            out = await box.get()
+            out = await (await self._started()).get()
         except BaseException:
             await self.aclose()
             raise
@@ -160,11 +186,25 @@ class OutboxStream(EngineStream):
             self._end()
         return out
 
-    def listen(self, callback: Callable[[EngineOutput | EngineError], None]) -> None:
-        """Hand every later output (or the error that ends the request) to ``callback``. Only once
-        started (after the first ``__anext__``)."""
-        assert self._box is not None, "listen after the first output"
-        self._box.listen(callback, self._end)
+    async def listen(self, on_output: Callable[[EngineOutput], bool]) -> None:
+        if self._ended or self._closed:
+            return
+        box = await self._started()
+        ended: asyncio.Future[BaseException | None] = asyncio.get_running_loop().create_future()
+
+        def on_end(error: BaseException | None) -> None:
+            if not ended.done():
+                ended.set_result(error)
+
+        box.listen(on_output, on_end)
+        try:
+            error = await ended  # the one wake-up of the caller until the stream ends
+        finally:
+            box.unlisten()  # a cancelled caller gets nothing more
+        if box.done:
+            self._end()
+        if error is not None:
+            raise error
 
     async def _close(self) -> None:
         unfinished = self._box is not None and not self._box.done
@@ -176,3 +216,7 @@ class OutboxStream(EngineStream):
         if not self._ended:
             self._ended = True
             self._forget()
+
+
+def _ignore(out: EngineOutput) -> bool:
+    return False

@@ -160,55 +160,27 @@ def session_closed() -> None:
     ACTIVE_SESSIONS.dec()
 
 
-def generate(engine: Engine, request: GenerateRequest) -> Generation:
-    """``engine.generate(request)``, measured. Closing it closes (aborts) the engine's stream."""
-    return Generation(engine.generate(request), len(request.token_ids))
+def generate(engine: Engine, request: GenerateRequest) -> EngineStream:
+    """``engine.generate(request)``, measured (:class:`GenerationMeter`, the stream's hook)."""
+    stream = engine.generate(request)
+    stream.measure(GenerationMeter(len(request.token_ids)))
+    return stream
 
 
-class Generation(EngineStream):
-    """An engine stream with its metrics: iterate it, or, where the engine stream supports it,
-    :meth:`listen` for its outputs on the event loop (each output is measured either way). It
-    closes as every engine stream does; closing it closes (aborts) the engine's stream."""
+class GenerationMeter:
+    """The metrics of one engine request (an :class:`engine.interface.StreamMeter`): in flight
+    from its start to its close, prompt tokens, and each output as the engine delivers it."""
 
-    __slots__ = ("_counted", "_first", "_last", "_outputs", "_started")
+    __slots__ = ("_counted", "_first", "_last", "_started")
 
-    def __init__(self, outputs: EngineStream, prompt_tokens: int) -> None:
-        super().__init__()
-        self._outputs = outputs
+    def __init__(self, prompt_tokens: int) -> None:
         self._counted = True  # in INFLIGHT_GENERATIONS
         self._first = True
         self._started = self._last = time.perf_counter()
         INFLIGHT_GENERATIONS.inc()
         PROMPT_TOKENS.inc(prompt_tokens)
 
-    async def __anext__(self) -> EngineOutput:
-        try:
-            out = await self._outputs.__anext__()
-        except BaseException:
-            self._end()
-            raise
-        self._measure(out)
-        return out
-
-    async def _close(self) -> None:
-        self._end()
-        await self._outputs.aclose()
-
-    def listen(self, callback: Callable[[EngineOutput | Exception], None]) -> None:
-        """Hand every output (or the error that ends the stream) to ``callback`` as the engine
-        delivers it, measured; only where :attr:`can_listen`."""
-        def measured(item: EngineOutput | Exception) -> None:
-            if isinstance(item, EngineOutput):
-                self._measure(item)
-            callback(item)
-
-        self._outputs.listen(measured)  # type: ignore[attr-defined]
-
-    @property
-    def can_listen(self) -> bool:
-        return callable(getattr(self._outputs, "listen", None))
-
-    def _measure(self, out: EngineOutput) -> None:
+    def output(self, out: EngineOutput) -> None:
         choices = out.choices
         tokens = len(choices[0].token_ids) if len(choices) == 1 else sum(len(c.token_ids) for c in choices)
         if not tokens:
@@ -218,7 +190,7 @@ class Generation(EngineStream):
         TOKENS.output(tokens, now - self._started if first else None, now - self._last)
         self._last = now
 
-    def _end(self) -> None:
+    def closed(self) -> None:
         if self._counted:
             self._counted = False
             INFLIGHT_GENERATIONS.dec()

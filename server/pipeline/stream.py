@@ -2,7 +2,7 @@
 
 What each engine output becomes is decided in one place, :meth:`PipelineStream.feed` (with
 ``start`` / ``finish`` for the events around the outputs). A stream is consumed two ways over it:
-iterated (``stream_events``: SSE, and any engine), or step-wise (:meth:`PipelineStream.listen`:
+iterated (``stream_events``: SSE), or pushed (:meth:`PipelineStream.listen`, the WebSocket session:
 ``feed`` runs inside the engine's own delivery on the event loop, so no task is woken per request
 per engine step). Resumable streams sign a checkpoint per event (``checkpoint.Checkpoints``).
 docs/serve.md, "How a request flows".
@@ -210,47 +210,42 @@ class PipelineStream:
     def _finished_runs(self) -> list[_EngineRun]:
         return [self._runs[k] for k in self._done_runs if not self._runs[k].closed]
 
-    # --- the step-wise path: outputs handed over on the event loop, no task per request --------
-    def listen(self, on_events: Callable[[list[StreamEvent]], None],
-               on_end: Callable[[BaseException | None], None]) -> bool:
-        """Where the engine can hand this stream's outputs over as they arrive (one run, an engine
-        stream that supports it), derender and report each one from the engine's own delivery
-        (``on_events``, with the start events first) and call ``on_end`` once: with None after the
-        last events, or with the error. The caller still owns the stream: it waits for ``on_end``
-        and then (or when cancelled) calls :meth:`aclose`, which aborts unfinished engine work.
-        False (nothing done): iterate :meth:`stream_events` instead."""
-        if len(self._runs) != 1 or not self._runs[0].can_listen():
-            return False
-        ended = False
+    # --- the push path: outputs handed over on the event loop, no task woken per output -------
+    async def listen(self, on_events: Callable[[list[StreamEvent]], None]) -> None:
+        """Report every event to ``on_events`` as the engine delivers the outputs (the start
+        events first); return once the stream ended, raising its error (or ``on_events``'s). One
+        engine request is listened to (:meth:`engine.interface.EngineStream.listen`: derender
+        runs inside the engine's own delivery); several are read inside :meth:`running`. The
+        caller still closes the stream (:meth:`aclose`), which aborts unfinished engine work."""
+        if len(self._runs) != 1:
+            async with self.running():
+                async for ev in self.stream_events():
+                    on_events([ev])
+            return
+        feed, run, done_runs = self.feed, self._runs[0], self._done_runs
+        ended: list[bool] = []
 
-        def end(error: BaseException | None) -> None:
-            nonlocal ended
-            if not ended:
-                ended = True
-                on_end(error)
-
-        def output(item: EngineOutput | Exception) -> None:
-            if ended:
-                return
-            try:
-                if isinstance(item, Exception):
-                    raise item
-                events = self.feed(0, item)
-                if item.finished or self._done_runs:
-                    events += self.finish()
-                    if events:
-                        on_events(events)
-                    end(None)
-                elif events:
-                    on_events(events)
-            except Exception as exc:  # derender or the caller's report failed: end the stream with it
-                end(exc)
+        def output(out: EngineOutput) -> bool:  # once per engine output (per token)
+            events = feed(0, out)
+            done = out.finished or bool(done_runs)
+            if done:
+                ended.append(True)
+                events += self.finish()
+            if events:
+                on_events(events)
+            return done
 
         head = self.start()
         if head:
             on_events(head)
-        self._runs[0].listen(output)
-        return True
+        first, run.first = run.first, None
+        if first is not None and output(first):
+            return
+        await run.agen.listen(output)
+        if not ended:  # the engine stream ended without a finished output
+            tail = self.finish()
+            if tail:
+                on_events(tail)
 
     def _usage_chunk(self) -> dict[str, Any]:
         ds = self.prep.derenderers
@@ -286,16 +281,6 @@ class _EngineRun:
         except StopAsyncIteration:
             self.first = None
             await self.aclose()
-
-    def can_listen(self) -> bool:
-        return bool(getattr(self.agen, "can_listen", False))
-
-    def listen(self, callback: Callable[[EngineOutput | Exception], None]) -> None:
-        """Hand the primed first output, then every later one, to ``callback`` as it arrives."""
-        first, self.first = self.first, None
-        if first is not None:
-            callback(first)
-        self.agen.listen(callback)  # type: ignore[attr-defined]
 
     async def outputs(self) -> AsyncIterator[EngineOutput]:
         if self.first is not None:

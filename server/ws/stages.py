@@ -16,8 +16,7 @@ matching HTTP endpoint makes (so a frame's output equals the endpoint's for the 
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
+from collections.abc import Callable
 from typing import Any
 
 import anyio.to_thread
@@ -66,47 +65,21 @@ class PipelineStages:
 
 
 class SessionStream:
-    """A whole pipeline as a session runs it: ``await open()`` renders and admits (so admission
-    errors come before any event), then either :meth:`listen` (the events are made and reported
-    from the engine's own delivery, no task woken per step) or iteration; ``aclose`` aborts."""
+    """A whole pipeline as a session runs it: :meth:`listen` renders and admits (so admission
+    errors come before any event), then reports the events as the engine delivers the outputs
+    (:meth:`PipelineStream.listen`: no task woken per step); ``aclose`` aborts."""
 
     def __init__(self, pipeline: Pipeline, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None,
                  checkpoints: bool) -> None:
         self._args = (kind, body, resume, checkpoints)
         self._pipeline = pipeline
         self._opened: PipelineStream | None = None
-        self._events: AsyncIterator[StreamEvent] | None = None
-        self.stream_id: str | None = None
 
-    async def open(self) -> None:
+    async def listen(self, on_events: Callable[[list[StreamEvent]], None]) -> None:
         kind, body, resume, checkpoints = self._args
         self._opened = await self._pipeline.open_stream(kind, body, resume=resume, checkpoints=checkpoints)
-        self.stream_id = self._opened.request_id
-
-    def listen(self, on_events: Callable[[list[StreamEvent]], None],
-               on_end: Callable[[BaseException | None], None]) -> bool:
-        assert self._opened is not None
-        return self._opened.listen(on_events, on_end)
-
-    def running(self) -> AbstractAsyncContextManager[None]:
-        """Where an opened stream is iterated (:meth:`PipelineStream.running`)."""
-        assert self._opened is not None
-        return self._opened.running()
-
-    def __aiter__(self) -> SessionStream:
-        return self
-
-    async def __anext__(self) -> StreamEvent:
-        if self._opened is None:
-            await self.open()
-        assert self._opened is not None
-        if self._events is None:
-            self._events = self._opened.stream_events()
-        return await self._events.__anext__()
+        await self._opened.listen(on_events)
 
     async def aclose(self) -> None:
-        if self._events is not None:
-            await self._events.aclose()  # type: ignore[attr-defined]
         if self._opened is not None:
             await self._opened.aclose()
-

@@ -8,8 +8,7 @@ from __future__ import annotations
 
 import secrets
 from collections.abc import AsyncIterator, Callable
-from contextlib import AbstractAsyncContextManager
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, Protocol, TypeVar
 
 import anyio
 
@@ -44,7 +43,7 @@ class Stages(Protocol):
     async def derender_step(self, kind: Kind, body: dict[str, Any]) -> dict[str, Any]: ...
 
     def stream(self, kind: Kind, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
-               checkpoints: bool = False) -> Closing[StreamEvent]: ...
+               checkpoints: bool = False) -> Pushed: ...
 
     async def open_response(self, body: dict[str, Any]) -> Events:
         """A Responses request validated, rendered and admitted (errors raise here, before any
@@ -58,17 +57,14 @@ class Events(Protocol):
     def events(self) -> AsyncIterator[dict[str, Any]]: ...
 
 
-class Listenable(Protocol):
-    """A pipeline stream that can report its events from the engine's own delivery (the step-wise
-    path: ``server.ws.stages.SessionStream``), and where it cannot, is iterated inside
-    :meth:`running`; a stream without ``listen`` is iterated."""
+class Pushed(Protocol):
+    """A whole pipeline's events, pushed (``server.ws.stages.SessionStream``): :meth:`listen`
+    opens it (admission errors raise there), reports its events as they are made and returns
+    once it ended; :meth:`aclose`, in a ``finally``, aborts the engine work not finished."""
 
-    async def open(self) -> None: ...
+    async def listen(self, on_events: Callable[[list[StreamEvent]], None]) -> None: ...
 
-    def listen(self, on_events: Callable[[list[StreamEvent]], None],
-               on_end: Callable[[BaseException | None], None]) -> bool: ...
-
-    def running(self) -> AbstractAsyncContextManager[None]: ...
+    async def aclose(self) -> None: ...
 
 
 class Reporter(Protocol):
@@ -123,7 +119,7 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
     stream = pipeline.stream(kind, start.body, resume=start.resume, checkpoints=start.checkpoints)
     request_id, delta, resumable = start.id, report.pipeline_delta, start.checkpoints
 
-    def deliver(events: list[StreamEvent]) -> None:  # once per token (the step-wise path)
+    def deliver(events: list[StreamEvent]) -> None:  # once per token
         for event in events:
             if resumable:
                 delta(request_id, [event.payload], checkpoint=event.checkpoint,
@@ -132,14 +128,7 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
                 delta(request_id, [event.payload], checkpoint=None, output_token_ids=None, stream_id=None)
 
     try:
-        # An attribute, not isinstance(): against a runtime_checkable Protocol that walks its members (8 µs).
-        if not hasattr(stream, "listen"):
-            async for event in stream:
-                deliver([event])
-        elif not await _listened(cast(Listenable, stream), deliver):
-            async with cast(Listenable, stream).running():  # the stream's reads, owned by this task
-                async for event in stream:
-                    deliver([event])
+        await stream.listen(deliver)
     finally:
         await stream.aclose()  # aborts what the engine has not finished (a stop string, a cancel)
     report.done(start.id)
@@ -157,22 +146,3 @@ async def _response(start: StartPipeline, pipeline: Stages, report: Reporter) ->
         with anyio.CancelScope(shield=True):  # a cancel: still abort the engine work and settle the store
             await events.aclose()  # type: ignore[attr-defined]
     report.done(start.id)
-
-
-async def _listened(stream: Listenable, on_events: Callable[[list[StreamEvent]], None]) -> bool:
-    """Open ``stream`` and, where it can, have it report its events from the engine's delivery;
-    return once it ended (raising its error). False: it must be iterated instead."""
-    await stream.open()
-    ended = anyio.Event()
-    outcome: list[BaseException | None] = []
-
-    def on_end(error: BaseException | None) -> None:
-        outcome.append(error)
-        ended.set()
-
-    if not stream.listen(on_events, on_end):
-        return False
-    await ended.wait()  # the one wake-up of this task until the stream ends
-    if outcome[0] is not None:
-        raise outcome[0]
-    return True

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from typing import Any, cast
@@ -78,8 +78,8 @@ class FakePipeline:
             "content": "".join(f"<{i}>" for i in ids)}}]}, "stream_state": f"state-after-{len(ids)}"}
 
     def stream(self, kind: str, body: dict[str, Any], *, resume: dict[str, Any] | None = None,
-               checkpoints: bool = False) -> AsyncIterator[Event]:
-        return self._stream(kind, body, resume, checkpoints)
+               checkpoints: bool = False) -> PushedEvents:
+        return PushedEvents(self._stream(kind, body, resume, checkpoints))
 
     async def _stream(self, kind: str, body: dict[str, Any], resume: Any, checkpoints: bool) -> AsyncIterator[Event]:
         name = str(body.get("name", kind))
@@ -100,6 +100,21 @@ class FakePipeline:
                     await self.release.wait()
         finally:
             self.closed.append(name)
+
+
+class PushedEvents:
+    """The fake's events as the session takes a pipeline's (``server.ws.work.Pushed``): read and
+    reported one by one; closing them closes the generator."""
+
+    def __init__(self, events: AsyncIterator[Event]) -> None:
+        self._events = events
+
+    async def listen(self, on_events: Callable[[list[Event]], None]) -> None:
+        async for event in self._events:
+            on_events([event])
+
+    async def aclose(self) -> None:
+        await self._events.aclose()  # type: ignore[attr-defined]
 
 
 def make_ctx(*, groups: frozenset[RouteGroup] = ALL_GROUPS, **settings: Any) -> ServerContext:

@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from engine.errors import EngineError, EngineInternalError, EngineUnavailable
+from engine.errors import EngineInternalError, EngineUnavailable
 from engine.interface import ChoiceDelta, EngineOutput
 from engine.outbox import Outbox, OutboxStream
 from engine.protocol import TokenLogprob, UsageInfo
@@ -115,8 +115,9 @@ def test_a_listener_gets_what_was_pending_merged_then_each_output_as_it_is_pushe
         assert (await stream.__anext__()).choices[0].token_ids == [1]
         box.push(EngineOutput("r", [ChoiceDelta(0, [2])]))
         box.push(EngineOutput("r", [ChoiceDelta(0, [3])]))
-        stream.listen(got.append)
-        box.push(EngineOutput("r", [ChoiceDelta(0, [4], finish_reason="length")], finished=True))
+        loop = asyncio.get_running_loop()
+        loop.call_soon(box.push, EngineOutput("r", [ChoiceDelta(0, [4], finish_reason="length")], finished=True))
+        await stream.listen(lambda out: got.append(out) is not None)  # returns after the finished output
         await stream.aclose()
         return got, log
 
@@ -127,7 +128,7 @@ def test_a_listener_gets_what_was_pending_merged_then_each_output_as_it_is_pushe
 
 
 def test_closing_an_unfinished_stream_aborts_it_once_and_an_error_ends_a_listener() -> None:
-    async def main() -> tuple[list[str], list[Any]]:
+    async def main() -> tuple[list[str], list[Any], BaseException | None]:
         box, log, got = Outbox(), list[str](), list[Any]()
         stream = _stream(box, log)
         box.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
@@ -138,39 +139,78 @@ def test_closing_an_unfinished_stream_aborts_it_once_and_an_error_ends_a_listene
         listened = _stream(other, other_log)
         other.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
         await listened.__anext__()
-        listened.listen(got.append)
-        other.push(EngineUnavailable("gone"))
-        other.push(EngineOutput("r", [ChoiceDelta(0, [2])]))  # after the end: never delivered
+        loop = asyncio.get_running_loop()
+        loop.call_soon(other.push, EngineUnavailable("gone"))
+        loop.call_soon(other.push, EngineOutput("r", [ChoiceDelta(0, [2])]))  # after the end: never delivered
+        raised = None
+        try:
+            await listened.listen(lambda out: got.append(out) is not None)
+        except EngineUnavailable as exc:
+            raised = exc
         await listened.aclose()
-        return log + other_log, got
+        return log + other_log, got, raised
 
-    log, got = asyncio.run(main())
+    log, got, raised = asyncio.run(main())
     assert log == ["start", "forget", "abort", "start", "forget"]
-    assert len(got) == 1 and isinstance(got[0], EngineUnavailable)
+    assert got == [] and isinstance(raised, EngineUnavailable)
 
 
-def test_on_last_runs_just_before_the_last_item_whether_it_was_pending_or_pushed_later() -> None:
+def test_on_end_runs_once_after_the_last_output_whether_pending_or_pushed_later() -> None:
     log: list[str] = []
 
-    def callback(item: EngineOutput | EngineError) -> None:
-        log.append("error" if isinstance(item, EngineError) else f"out finished={item.finished}")
+    def on_output(out: EngineOutput) -> bool:
+        log.append(f"out finished={out.finished}")
+        return False
+
+    def on_end(error: BaseException | None) -> None:
+        log.append("end" if error is None else f"end {type(error).__name__}")
 
     pushed = Outbox()
-    pushed.listen(callback, lambda: log.append("last"))
+    pushed.listen(on_output, on_end)
     pushed.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
     pushed.push(EngineOutput("r", [ChoiceDelta(0, [2])], finished=True))
     pushed.push(EngineOutput("r", [ChoiceDelta(0, [3])]))  # after the end: never handed
-    assert log == ["out finished=False", "last", "out finished=True"]
+    assert log == ["out finished=False", "out finished=True", "end"]
 
     log.clear()
     pending = Outbox()
     pending.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
     pending.push(EngineOutput("r", [ChoiceDelta(0, [2])], finished=True))
-    pending.listen(callback, lambda: log.append("last"))  # the pending outputs merge into the last one
-    assert log == ["last", "out finished=True"]
+    pending.listen(on_output, on_end)  # the pending outputs merge into the last one
+    assert log == ["out finished=True", "end"]
 
     log.clear()
     failed = Outbox()
-    failed.listen(callback, lambda: log.append("last"))
+    failed.listen(on_output, on_end)
     failed.push(EngineUnavailable("gone"))
-    assert log == ["last", "error"] and failed.done
+    assert log == ["end EngineUnavailable"] and failed.done
+
+
+def test_a_listener_that_needs_no_more_or_fails_ends_the_listening_with_nothing_handed_after() -> None:
+    log: list[str] = []
+    stopped = Outbox()
+    stopped.listen(lambda out: log.append(f"out {out.choices[0].token_ids}") is None, lambda e: log.append(f"end {e}"))
+    stopped.push(EngineOutput("r", [ChoiceDelta(0, [1])]))  # True: a stop string, say
+    stopped.push(EngineOutput("r", [ChoiceDelta(0, [2])]))
+    assert log == ["out [1]", "end None"] and not stopped.done  # still running at the engine: the reader aborts it
+
+    def broken(out: EngineOutput) -> bool:
+        raise ValueError("derender failed")
+
+    errors: list[BaseException | None] = []
+    failing = Outbox()
+    failing.listen(broken, errors.append)
+    failing.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
+    failing.push(EngineOutput("r", [ChoiceDelta(0, [2])]))
+    assert len(errors) == 1 and isinstance(errors[0], ValueError)
+
+
+def test_the_meter_sees_every_pushed_output_whichever_way_the_outbox_is_read() -> None:
+    seen: list[list[int]] = []
+    box = Outbox(capacity=1)
+    box.meter = lambda out: seen.append(list(out.choices[0].token_ids))
+    box.push(EngineOutput("r", [ChoiceDelta(0, [1])]))
+    box.push(EngineOutput("r", [ChoiceDelta(0, [2])]))  # merged into the pending one, still seen
+    box.listen(lambda out: False, lambda e: None)
+    box.push(EngineOutput("r", [ChoiceDelta(0, [3])], finished=True))
+    assert seen == [[1], [2], [3]]

@@ -6,6 +6,7 @@ link) and the iterator stream (the HTTP engine)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import AsyncIterator
 
@@ -129,3 +130,41 @@ def test_a_finished_stream_closes_without_an_abort_and_a_closed_one_iterates_not
     log, got = anyio.run(main)
     assert log == ["forget"]
     assert [c.token_ids for out in got for c in out.choices] == [[1]]
+
+
+class _Meter:
+    def __init__(self, log: list[str]) -> None:
+        self.log = log
+
+    def output(self, out: EngineOutput) -> None:
+        self.log.append(f"measured {out.choices[0].token_ids}")
+
+    def closed(self) -> None:
+        self.log.append("meter closed")
+
+
+def test_every_stream_can_be_listened_to_and_its_meter_sees_each_output_and_the_close() -> None:
+    """The pull-only stream listens through the interface's default; the outbox stream from the
+    engine's delivery. Either way ``on_output`` returning True (a stop string) ends the listening."""
+    async def outputs() -> AsyncIterator[EngineOutput]:
+        for i in range(1, 4):
+            yield EngineOutput("r", [ChoiceDelta(0, [i])], finished=i == 3)
+
+    async def main() -> list[str]:
+        log: list[str] = []
+        pulled = IteratorStream(outputs())
+        pulled.measure(_Meter(log))
+        await pulled.listen(lambda out: log.append(f"got {out.choices[0].token_ids}") is None and False)
+        await pulled.aclose()
+        box, pushed = _outbox_stream(log)
+        pushed.measure(_Meter(log))
+        for i in (1, 2):
+            asyncio.get_running_loop().call_soon(box.push, EngineOutput("r", [ChoiceDelta(0, [i])]))
+        await pushed.listen(lambda out: log.append(f"pushed {out.choices[0].token_ids}") is None)  # stop at once
+        await pushed.aclose()
+        return log
+
+    log = anyio.run(main)
+    assert log == ["measured [1]", "got [1]", "measured [2]", "got [2]", "measured [3]", "got [3]", "meter closed",
+                   # the engine's second output is measured (it was generated) but handed to no one
+                   "measured [1]", "pushed [1]", "measured [2]", "meter closed", "forget", "abort sent", "aborted"]
