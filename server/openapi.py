@@ -1,7 +1,8 @@
 """The OpenAPI document, built from the same route list the app registers, so that it says what the
 server really accepts and answers (``tests/e2e/test_http_fuzz.py`` checks it with schemathesis):
 named models as components, :data:`REFINEMENTS` for the validators' rules beyond the field types,
-each API's error envelope, SSE event shapes. What is in the document and what stays out on
+each API's error envelope, the query parameters each route reads (``Route.query``), SSE event shapes
+on the methods that can stream (``Route.streams``). What is in the document and what stays out on
 purpose: docs/reliability.md, "HTTP fuzzing".
 """
 
@@ -218,11 +219,14 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
                 },
             }
             ok: dict[str, Any] = {"description": "OK"}
-            if route.response_model is not None:
-                ok["content"] = {"application/json": {"schema": _schema(route.response_model, defs)}}
+            model = route.response_model
+            if isinstance(model, dict):  # a model per method
+                model = model[method]
+            if model is not None:
+                ok["content"] = {"application/json": {"schema": _schema(model, defs)}}
             if route.content_type is not None:
                 ok["content"] = {route.content_type: {"schema": {"type": "string"}}}
-            if route.streams:
+            if method in route.streams:
                 ok.setdefault("content", {})["text/event-stream"] = {"schema": {"$ref": "#/components/schemas/SSEEvent"}}
                 defs["SSEEvent"] = _SSE_EVENT
             op["responses"]["200"] = ok
@@ -230,10 +234,12 @@ def build_openapi(routes: list[Route], *, version: str) -> dict[str, Any]:
                 op["responses"][str(status)] = {
                     "description": description,
                     "content": {"application/json": {"schema": _schema(model, defs)}}}
-            names = re.findall(r"{(\w+)}", path)
-            if names:  # path parameters (``/v1/responses/{response_id}``)
-                op["parameters"] = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
-                                    for n in names]
+            params = [{"name": n, "in": "path", "required": True, "schema": {"type": "string"}}
+                      for n in re.findall(r"{(\w+)}", path)]  # path parameters (``/v1/responses/{response_id}``)
+            params += [{"name": q.name, "in": "query", "required": False, "schema": q.schema,
+                        "description": q.description} for q in route.query if method in q.methods]
+            if params:
+                op["parameters"] = params
             if route.request_model is not None and method in ("POST", "PUT", "PATCH"):
                 op["requestBody"] = {
                     "required": True,

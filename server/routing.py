@@ -22,6 +22,17 @@ Endpoint = Callable[[Request], Awaitable[Response]]
 
 
 @dataclass(frozen=True, slots=True)
+class Query:
+    """A query parameter a route reads, as the OpenAPI document states it: its name, the methods that
+    read it, and the JSON schema of the values the route accepts (others answer 400 naming it)."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str = ""
+    methods: tuple[str, ...] = ("GET",)
+
+
+@dataclass(frozen=True, slots=True)
 class Route:
     path: str
     endpoint: Endpoint
@@ -29,8 +40,9 @@ class Route:
     methods: tuple[str, ...] = ("POST",)
     summary: str = ""
     request_model: Any = None  # a pydantic model (or TypeAdapter-able type) for the body
-    response_model: Any = None  # the JSON answer's model
-    streams: bool = False  # answers text/event-stream when the body says stream: true
+    response_model: Any = None  # the JSON answer's model, or {method: model} where the methods differ
+    streams: tuple[str, ...] = ()  # the methods that answer text/event-stream when asked (stream: true)
+    query: tuple[Query, ...] = ()  # the query parameters it reads
     tags: tuple[str, ...] = ()
     responses: tuple[tuple[int, str, Any], ...] = ()  # other JSON answers: (status, description, model)
     content_type: str | None = None  # the media type of a non-JSON answer (e.g. text/plain)

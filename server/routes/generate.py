@@ -133,7 +133,7 @@ def routes() -> list[Route]:
     return [
         Route("/inference/v1/generate", generate, RouteGroup.GENERATE,
               summary="Generate token ids from token ids (vLLM tokens-only API)",
-              request_model=GenerateRequest, response_model=GenerateResponse, streams=True, tags=("generate",)),
+              request_model=GenerateRequest, response_model=GenerateResponse, streams=("POST",), tags=("generate",)),
         Route("/abort_requests", abort_requests, RouteGroup.ABORT,
               summary="Abort running generate requests by id (unknown ids are ignored)",
               request_model=AbortRequest, tags=("generate",)),

@@ -111,10 +111,10 @@ def routes() -> list[Route]:
     g = RouteGroup.PIPELINE
     return [
         Route("/v1/chat/completions", chat_completions, g, summary="OpenAI chat completions (JSON or SSE)",
-              request_model=ChatCompletionRequest, response_model=ChatCompletionResponse, streams=True,
+              request_model=ChatCompletionRequest, response_model=ChatCompletionResponse, streams=("POST",),
               tags=("openai",)),
         Route("/v1/completions", completions, g, summary="OpenAI completions (JSON or SSE)",
-              request_model=CompletionRequest, response_model=CompletionResponse, streams=True, tags=("openai",)),
+              request_model=CompletionRequest, response_model=CompletionResponse, streams=("POST",), tags=("openai",)),
         Route("/v1/messages", messages, g, summary="Anthropic messages (JSON or SSE)",
-              request_model=MessagesRequest, response_model=AnthropicMessage, streams=True, tags=("anthropic",)),
+              request_model=MessagesRequest, response_model=AnthropicMessage, streams=("POST",), tags=("anthropic",)),
     ]

@@ -23,7 +23,7 @@ from server.gating import RouteGroup
 from server.http import GONE, json_response, read_json, until_disconnect
 from server.limits import client_key, key_of
 from server.responses import ResponseStream, responses_of
-from server.routing import Route
+from server.routing import Query, Route
 from server.services import ctx_of
 from server.sse import sse
 from session.protocol.responses import ResponsesRequest
@@ -140,18 +140,29 @@ def _client(request: Request) -> str:
     return key_of(None, scope.get("client"))
 
 
+# the query parameters the routes read, as the OpenAPI document states them (the readers below)
+STREAM = Query("stream", {"type": "boolean", "default": False},
+               "true: a background response's events as SSE (from after starting_after), not the response")
+STARTING_AFTER = Query("starting_after", {"type": "integer", "minimum": 0, "maximum": 10**18 - 1},
+                       "with stream=true: the sequence number after which the events resume")
+LIMIT = Query("limit", {"type": "integer", "minimum": 1, "maximum": 100, "default": 20},
+              "how many items a page holds")
+ORDER = Query("order", {"enum": ["asc", "desc"], "default": "desc"}, "the items' order")
+AFTER = Query("after", {"type": "string"}, "the id of the item the page starts after")
+
+
 def _starting_after(request: Request) -> int | None:
-    raw = request.query_params.get("starting_after")
+    raw = request.query_params.get(STARTING_AFTER.name)
     if raw is None:
         return None
-    if not raw.isdigit() or len(raw) > 18:
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18:
         raise ApiError(400, f"starting_after must be a sequence number (an integer from 0), got {raw[:20]!r}",
                        param="starting_after", error_type="invalid_request_error")
     return int(raw)
 
 
 def _wants_stream(request: Request) -> bool:
-    raw = request.query_params.get("stream", "false").lower()
+    raw = request.query_params.get(STREAM.name, "false").lower()
     if raw not in ("true", "false", "1", "0"):
         raise ApiError(400, f"stream must be true or false, got {raw[:20]!r}", param="stream",
                        error_type="invalid_request_error")
@@ -179,13 +190,13 @@ async def cancel(request: Request) -> Response:
 
 async def input_items(request: Request) -> Response:
     query = request.query_params
-    raw = query.get("limit", "20")
-    if not raw.isdigit() or not 1 <= int(raw) <= 100:
+    raw = query.get(LIMIT.name, "20")
+    if not (raw.isascii() and raw.isdigit()) or len(raw) > 18 or not 1 <= int(raw) <= 100:
         raise ApiError(400, f"limit must be an integer from 1 to 100, got {raw[:20]!r}", param="limit")
-    order = query.get("order", "desc")
+    order = query.get(ORDER.name, "desc")
     if order not in ("asc", "desc"):
         raise ApiError(400, f"order must be 'asc' or 'desc', got {order[:20]!r}", param="order")
-    page = await responses_of(request).input_items(_response_id(request), after=query.get("after"),
+    page = await responses_of(request).input_items(_response_id(request), after=query.get(AFTER.name),
                                                    limit=int(raw), order=order)
     return json_response(page)
 
@@ -205,18 +216,20 @@ def routes() -> list[Route]:
     tags = ("openai",)
     return [
         Route("/v1/responses", create, g, summary="OpenAI responses (JSON or SSE)", request_model=ResponsesRequest,
-              response_model=ResponseObject, streams=True, tags=tags),
+              response_model=ResponseObject, streams=("POST",), tags=tags),
         Route("/v1/responses/input_tokens", input_tokens, g,
               summary="OpenAI responses.input_tokens.count: the prompt tokens the request renders to",
               request_model=ResponsesRequest, response_model=InputTokenCount, tags=tags),
         Route(f"/v1/responses/{ID}", retrieve_or_delete, g, methods=("GET", "DELETE"),
               summary="A stored response (GET; with stream=true and starting_after, a background response's "
-                      "events as SSE), or delete it (DELETE)", response_model=ResponseObject | ResponseDeleted,
-              streams=True, tags=tags),
+                      "events as SSE), or delete it (DELETE)",
+              response_model={"GET": ResponseObject, "DELETE": ResponseDeleted}, streams=("GET",),
+              query=(STREAM, STARTING_AFTER), tags=tags),
         Route(f"/v1/responses/{ID}/cancel", cancel, g, summary="Cancel a stored response still running",
               response_model=ResponseObject, tags=tags),
         Route(f"/v1/responses/{ID}/input_items", input_items, g, methods=("GET",),
-              summary="The input items of a stored response", response_model=InputItemList, tags=tags),
+              summary="The input items of a stored response", response_model=InputItemList,
+              query=(LIMIT, ORDER, AFTER), tags=tags),
         Route("/v1/responses/render", render, RouteGroup.RENDER,
               summary="Render a Responses request into an engine request (stateless, vLLM's shape)",
               request_model=ResponsesRequest, response_model=GenerateRequest, tags=("render",)),
