@@ -1,26 +1,27 @@
 """A remote engine that fails, behind ``tokenwire launch render --engine-url``: answers HTTP 500, sends
 garbage or the wrong shape, hangs before or mid-stream, drops the connection mid-stream, dies
-and comes back. Every failure is a clear error in each API's shape (HTTP 502 / 504 with the error
+and comes back; in process, on the app that command line builds (tests/support/cli_app.py) under
+Starlette's TestClient, over the scripted engine on a loopback socket. Every failure is a clear error in each API's shape (HTTP 502 / 504 with the error
 envelope, an SSE error event once a stream has started, an ``error`` frame on a WebSocket session
 that lives on), the engine's internal address never reaches a client, ``/health`` reports the
-engine degraded while it is, and the server serves again as soon as the engine does."""
+engine degraded while it is, and the server serves again as soon as the engine does.
+tests/app/test_misbehaving_engine.py holds the wider fault table over both engine transports."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import orjson
 import pytest
+from starlette.testclient import TestClient
 
+from tests.conftest import asset_path
+from tests.support.cli_app import cli_client
 from tests.support.scripted_engine import ScriptedEngine
-from tests.support.server_proc import ServerProcess
+from tests.support.session_frames import open_session
 from tests.support.waiting import wait_until
-from tests.support.ws_fuzz import open_session
-
-pytestmark = pytest.mark.slow
 
 ENGINE_TIMEOUT = 2  # seconds (--engine-timeout)
 TEXT = "The weather in Paris is sunny and warm today, with a light breeze."
@@ -36,11 +37,36 @@ def engine(tokenizer: Callable[[str], Any]) -> Iterator[ScriptedEngine]:
         yield scripted
 
 
+class _Logged(logging.Handler):
+    """Every record logged while the module's app runs, formatted as the process would print it."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
 @pytest.fixture(scope="module")
-def render(asset: Callable[[str], Path], engine: ScriptedEngine) -> Iterator[ServerProcess]:
-    args = ["launch", "render", str(asset("qwen3")), "--engine-url", engine.url,
+def logged() -> Iterator[_Logged]:
+    handler, root = _Logged(), logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)  # the CLI's --log-level default
+    try:
+        yield handler
+    finally:
+        root.setLevel(level)
+        root.removeHandler(handler)
+
+
+@pytest.fixture(scope="module")
+def render(engine: ScriptedEngine, logged: _Logged) -> Iterator[TestClient]:
+    args = ["launch", "render", str(asset_path("qwen3")), "--engine-url", engine.url,
             "--engine-timeout", str(ENGINE_TIMEOUT)]
-    with ServerProcess(args) as srv:
+    with cli_client(args) as srv:
         yield srv
 
 
@@ -57,22 +83,19 @@ def sse_data(text: str) -> list[Any]:
             for line in text.split("\n") if line.startswith("data: ")]
 
 
-def ws_chat(srv: ServerProcess, chat: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
+def ws_chat(srv: TestClient, chat: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
     """The request's frames, and whether the session still answers a ping afterwards."""
-    ws = open_session(srv.ws_url)
-    try:
-        ws.send(orjson.dumps({"type": "chat", "id": "c", "body": chat}).decode())
+    with open_session(srv) as ws:
+        ws.send(type="chat", id="c", body=chat)
         frames = []
         while True:
-            frame = orjson.loads(ws.recv(timeout=30))
+            frame = orjson.loads(ws.ws.receive_text())
             frames.append(frame)
             if frame.get("id") == "c" and frame["type"] in ("chat.done", "error"):
                 break
-        ws.send(orjson.dumps({"type": "ping", "event_id": "alive"}).decode())
-        alive = orjson.loads(ws.recv(timeout=30)) == {"type": "pong", "seq": frames[-1]["seq"] + 1, "event_id": "alive"}
+        ws.send(type="ping", event_id="alive")
+        alive = orjson.loads(ws.ws.receive_text()) == {"type": "pong", "seq": frames[-1]["seq"] + 1, "event_id": "alive"}
         return frames, alive
-    finally:
-        ws.close()
 
 
 # fault → (HTTP status, WebSocket error code, words of the message); "mid" faults fail after a first event
@@ -87,19 +110,19 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("name", list(FAULTS))
-def test_a_failing_remote_engine_is_a_clear_error_on_every_api(render: ServerProcess, engine: ScriptedEngine,
+def test_a_failing_remote_engine_is_a_clear_error_on_every_api(render: TestClient, engine: ScriptedEngine,
                                                                 fault: Callable[[str | None], None],
                                                                 name: str) -> None:
     status, code, words = FAULTS[name]
     fault(name)
     mid = name.endswith("mid_stream")
     # OpenAI JSON and Anthropic JSON: the status and each API's envelope
-    r = httpx.post(render.url + "/v1/chat/completions", json=CHAT, timeout=30)
+    r = render.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == status and words in r.json()["error"]["message"], r.text
-    r = httpx.post(render.url + "/v1/messages", json=MESSAGES, timeout=30)
+    r = render.post("/v1/messages", json=MESSAGES)
     assert r.status_code == status and r.json()["type"] == "error" and words in r.json()["error"]["message"]
     # OpenAI SSE: before the first event an HTTP error, after it an error event, then [DONE]
-    r = httpx.post(render.url + "/v1/chat/completions", json={**CHAT, "stream": True}, timeout=30)
+    r = render.post("/v1/chat/completions", json={**CHAT, "stream": True})
     if mid:
         events = sse_data(r.text)
         assert r.status_code == 200 and events[-1] == "[DONE]"  # after the error event, as vLLM
@@ -114,36 +137,37 @@ def test_a_failing_remote_engine_is_a_clear_error_on_every_api(render: ServerPro
 
 
 def test_a_remote_engine_that_dies_degrades_health_and_the_server_recovers_when_it_returns(
-        render: ServerProcess, engine: ScriptedEngine) -> None:
-    assert httpx.get(render.url + "/health").json()["status"] == "ok"
+        render: TestClient, engine: ScriptedEngine) -> None:
+    assert render.get("/health").json()["status"] == "ok"
     engine.stop()
     try:
-        health = httpx.get(render.url + "/health", timeout=30)
+        health = render.get("/health")
         assert health.status_code == 503 and health.json()["status"] == "degraded"
         assert "unreachable" in health.json()["detail"]
-        r = httpx.post(render.url + "/v1/chat/completions", json=CHAT, timeout=30)
+        r = render.post("/v1/chat/completions", json=CHAT)
         assert r.status_code == 502 and r.json()["error"]["message"] == "Cannot reach the remote engine (connection failed)."
         frames, alive = ws_chat(render, CHAT)
         assert frames[-1]["error"]["code"] == "engine_unavailable" and alive
     finally:
         engine.start()
-    wait_until(lambda: httpx.get(render.url + "/health").status_code == 200,
+    wait_until(lambda: render.get("/health").status_code == 200,
                "the render server to report healthy once the engine is back", timeout=30, interval=0.1)
-    r = httpx.post(render.url + "/v1/chat/completions", json=CHAT, timeout=30)
+    r = render.post("/v1/chat/completions", json=CHAT)
     assert r.status_code == 200 and r.json()["choices"][0]["message"]["content"] == TEXT
     frames, alive = ws_chat(render, CHAT)
     assert frames[-1] == {**frames[-1], "type": "chat.done", "status": "completed"} and alive
 
 
-def test_an_unhealthy_remote_engine_shows_in_health(render: ServerProcess, fault: Callable[[str | None], None]) -> None:
+def test_an_unhealthy_remote_engine_shows_in_health(render: TestClient, fault: Callable[[str | None], None]) -> None:
     fault("unhealthy")
-    health = httpx.get(render.url + "/health", timeout=30)
+    health = render.get("/health")
     assert health.status_code == 503 and health.json() == {**health.json(), "status": "degraded",
                                                            "detail": "remote engine health is HTTP 503"}
     fault(None)
-    assert httpx.get(render.url + "/health", timeout=30).status_code == 200
+    assert render.get("/health").status_code == 200
 
 
-def test_after_the_faults_the_render_server_logged_no_traceback(render: ServerProcess) -> None:
-    assert render.proc is not None and render.proc.poll() is None
-    assert "Traceback" not in render.output(), render.output()[-5000:]
+def test_after_the_faults_the_render_server_logged_no_traceback(render: TestClient, logged: _Logged) -> None:
+    assert render.get("/health").status_code == 200  # still serving (the process form: still running)
+    output = "\n".join(logged.lines)
+    assert "Traceback" not in output, output[-5000:]
