@@ -30,6 +30,7 @@ import torch
 
 from engine.errors import EngineError, EngineOverloaded, EngineShutDown, EngineUnavailable
 from engine.interface import Engine, EngineHealth, EngineStream
+from engine.local import native
 from engine.local.device import resolve_dtype, resolve_prefix_cache_mb, threads_choice
 from engine.local.grammar import Grammars
 from engine.local.omp import wait_policy
@@ -225,6 +226,7 @@ class LocalEngine(Engine):
             **self.runner.thread_stats(),  # engine/local/threads.py; read as they are
             "linear_kernel": self.runner.linear_kernel,  # engine/local/packed.py
             "attention_kernel": self.runner.attention_kernel,  # engine/local/attention.py
+            "native_kernels": native.describe(),  # engine/local/native.py: the library, or the fallback and why
             "decode_forward": self.runner.decode_forward,  # engine/local/lean_decode.py
             "resume_replay": self.runner.resume_replay,  # how a resume recomputes its earlier output
             "resume_replay_chunk": self.scheduler.replay_chunk,  # tokens per replay forward (0: per token)

@@ -1,13 +1,16 @@
 """The local engine's native kernels: decode attention (``native/decode_attention.c``) and bf16
-linear layers (``native/linear.c``), one library built once per machine with its C compiler
-(``$CC``, else ``cc``; ``-O3 -march=native``, about a second) into ``<cache>/kernels/``, keyed by
-the sources, the flags, the compiler and the CPU, and loaded with ctypes (no torch headers,
-nothing built at install). Where no compiler is found or the build fails, :func:`load` says why
+linear layers (``native/linear.c``), one library built with the C compiler (``$CC``, else ``cc``;
+``-O3`` for the architecture's baseline, the AVX512-BF16 paths chosen on the CPU at run time:
+``native/cpu.h``), keyed by the sources, the flags and the architecture, and loaded with ctypes
+(no torch headers) with the types of :data:`PROTOTYPES` (``native/tokenwire.h``'s declarations).
+``python -m engine.local.native build`` (run by scripts/install.sh) builds it at install into
+:data:`INSTALLED`; where that has no library for these sources :func:`load` builds one into
+``<cache>/kernels/`` at the first bf16 model load. Where none can be built, :func:`shared` warns
 and the engine keeps its grouped matmuls (``engine/local/attention.py``) and oneDNN's linears
-(``engine/local/packed.py``). Each kernel shares its work among the forward's torch thread count
-with threads of its own (``native/pool.c``), not OpenMP's. What they cost and change:
-docs/engine-design.md, "Decode attention in bf16", "Linear layers", "Building the native kernels"
-and "The native kernels' threads".
+(``engine/local/packed.py``); :func:`describe` says which for ``/engine/stats``. Each kernel shares
+its work among the forward's torch thread count with threads of its own (``native/pool.c``), not
+OpenMP's. What they cost and change: docs/engine-design.md, "Decode attention in bf16", "Linear
+layers", "Building the native kernels" and "The native kernels' threads".
 """
 
 from __future__ import annotations
@@ -17,8 +20,10 @@ import hashlib
 import logging
 import os
 import platform
+import shlex
 import shutil
 import subprocess
+import sys
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -34,8 +39,13 @@ log = logging.getLogger("tokenwire.engine")
 
 NATIVE = Path(__file__).with_name("native")
 SOURCES = (NATIVE / "decode_attention.c", NATIVE / "linear.c", NATIVE / "pool.c")
-HEADERS = (NATIVE / "bf16.h", NATIVE / "pool.h")  # included by the sources: part of the cache key too
-FLAGS = ("-O3", "-march=native", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp-simd")
+# included by the sources: part of the cache key too; tokenwire.h and pool.h declare what is exported
+HEADERS = (NATIVE / "bf16.h", NATIVE / "cpu.h", NATIVE / "pool.h", NATIVE / "tokenwire.h")
+CFLAGS_ENV = "TOKENWIRE_NATIVE_CFLAGS"  # more compiler flags, after FLAGS' own (scripts/sanitize-native.sh)
+FLAGS = ("-O3", "-fno-math-errno", "-shared", "-fPIC", "-fopenmp-simd",
+         *shlex.split(os.environ.get(CFLAGS_ENV, "")))
+# where `python -m engine.local.native build` puts the library: this environment's own (the image ships it)
+INSTALLED = Path(sys.prefix) / "share" / "tokenwire" / "kernels"
 # With the kernels' own threads (native/pool.c) first; where they do not build, one thread.
 VARIANTS = (("threads", ("-pthread",)), ("one thread", ("-DTW_ONE_THREAD",)))
 SPIN_ENV = "TOKENWIRE_NATIVE_SPIN_US"
@@ -46,7 +56,37 @@ LINEAR_GRAIN = 1 << 18  # multiply-adds below which one thread does a whole prod
 BUILD_TIMEOUT_S = 120
 
 _I, _P = ctypes.c_int64, ctypes.c_void_p
-_ARGS: list[Any] = [_I, _I, _I, _I, _I, ctypes.c_float, _P, _I, _I, _P, _I, _I, _I, _P, _I, _I, _I, _P, _I, _P, _P, _I]
+TASK = ctypes.CFUNCTYPE(None, _P, _I, _I, _I)  # pool.h's tw_task
+# Every function the library exports, as native/tokenwire.h and native/pool.h declare it: the result's
+# ctypes type, then each argument's name and type (tests/engine/local/test_engine_native_binding.py
+# holds this table to the headers, names included).
+PROTOTYPES: dict[str, tuple[Any, tuple[tuple[str, Any], ...]]] = {
+    "tw_decode_attention": (ctypes.c_int, (
+        ("b", _I), ("hq", _I), ("hkv", _I), ("t", _I), ("d", _I), ("scale", ctypes.c_float),
+        ("q", _P), ("qsb", _I), ("qsh", _I),
+        ("k", _P), ("ksb", _I), ("ksh", _I), ("kst", _I),
+        ("v", _P), ("vsb", _I), ("vsh", _I), ("vst", _I),
+        ("mask", _P), ("msb", _I), ("out", _P), ("scratch", _P), ("threads", _I))),
+    "tw_linear_vector": (ctypes.c_int, ()),
+    "tw_linear_packed_size": (_I, (("n", _I), ("k", _I))),
+    "tw_linear_pack": (None, (("n", _I), ("k", _I), ("w", _P), ("ws", _I), ("out", _P))),
+    "tw_linear": (ctypes.c_int, (("m", _I), ("k", _I), ("n", _I), ("x", _P), ("xs", _I), ("w", _P), ("bias", _P),
+                                 ("out", _P), ("os", _I), ("threads", _I))),
+    "tw_pool_run": (None, (("threads", _I), ("n", _I), ("chunk", _I), ("fn", TASK), ("ctx", _P))),
+    "tw_pool_spin": (None, (("ns", _I),)),
+    "tw_pool_threads": (_I, ()),
+    "tw_pool_parallel": (ctypes.c_int, ()),
+}
+
+
+def bind(path: Path) -> ctypes.CDLL:
+    """The library at ``path`` with every function of :data:`PROTOTYPES` typed (an ``AttributeError``
+    names one it lacks)."""
+    lib = ctypes.CDLL(str(path))
+    for name, (result, args) in PROTOTYPES.items():
+        fn = getattr(lib, name)
+        fn.restype, fn.argtypes = result, [kind for _, kind in args]
+    return lib
 
 
 class Library:
@@ -54,10 +94,9 @@ class Library:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        lib = ctypes.CDLL(str(path))
+        lib = bind(path)
         self.parallel = bool(lib.tw_pool_parallel())  # built with the pool: work shared among torch's thread count
         self.spin_us = spin_us(threads=torch.get_num_threads())
-        lib.tw_pool_spin.argtypes, lib.tw_pool_spin.restype = [_I], None
         lib.tw_pool_spin(round(self.spin_us * 1000))
         self.attention = NativeAttention(lib, parallel=self.parallel)
         self.linear = NativeLinear(lib, parallel=self.parallel)
@@ -80,8 +119,6 @@ class NativeAttention:
     def __init__(self, lib: ctypes.CDLL, *, parallel: bool) -> None:
         self.parallel = parallel  # rows shared among torch's thread count (native/pool.c)
         self._fn = lib.tw_decode_attention
-        self._fn.argtypes = _ARGS
-        self._fn.restype = ctypes.c_int
 
     def __call__(self, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor | None,
                  scaling: float) -> torch.Tensor | None:
@@ -111,17 +148,14 @@ class NativeLinear:
     """The bf16 linear kernel: :meth:`pack` a weight once, then :meth:`__call__` computes
     ``F.linear`` with it (fp32 sums in input order, one rounding). Each output's bits depend on its
     row and weights alone: not on the number of rows, the thread count or sibling outputs packed
-    beside it. ``vector``: the AVX512-BF16 path was compiled in (else portable loops)."""
+    beside it. ``vector``: the AVX512-BF16 path runs on this CPU (else portable loops)."""
 
     def __init__(self, lib: ctypes.CDLL, *, parallel: bool) -> None:
         self.parallel = parallel
         self.vector = bool(lib.tw_linear_vector())
         self._size = lib.tw_linear_packed_size
-        self._size.argtypes, self._size.restype = [_I, _I], _I
         self._pack = lib.tw_linear_pack
-        self._pack.argtypes, self._pack.restype = [_I, _I, _P, _I, _P], None
         self._fn = lib.tw_linear
-        self._fn.argtypes, self._fn.restype = [_I, _I, _I, _P, _I, _P, _P, _P, _I, _I], ctypes.c_int
 
     def pack(self, weight: torch.Tensor) -> torch.Tensor:
         """``weight`` ``[out, in]`` bf16 in the kernel's layout (a new tensor)."""
@@ -184,36 +218,17 @@ def spin_us(environ: Mapping[str, str] | None = None, *, threads: int | None = N
 
 
 
-def _cpu_identity() -> str:
-    """What ``-march=native`` depends on: the CPU's model and feature flags."""
-    try:
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-    except OSError:
-        return platform.processor() or platform.machine()
-    keep = [ln for ln in lines if ln.startswith(("model name", "flags", "Features", "CPU part"))]
-    return "\n".join(sorted(set(keep)))
-
-
 def _compiler() -> str | None:
     return shutil.which(os.environ.get("CC") or "cc")
 
 
-def _version(compiler: str) -> str:
-    try:
-        return subprocess.run([compiler, "--version"], capture_output=True, text=True, timeout=30).stdout
-    except (OSError, subprocess.SubprocessError):
-        return ""
-
-
-def library_path(cache: Path, version: str, flags: tuple[str, ...]) -> Path:
-    """Where the library built with ``flags`` by the compiler that printed ``version`` on this CPU
-    lives under ``cache``."""
+def library_name(flags: tuple[str, ...]) -> str:
+    """The file name of the library built from these sources with ``flags`` for this architecture."""
     digest = hashlib.sha256()
-    for part in (*(f.read_bytes() for f in (*SOURCES, *HEADERS)), " ".join(flags).encode(), version.encode(),
-                 _cpu_identity().encode(), platform.machine().encode()):
+    for part in (*(f.read_bytes() for f in (*SOURCES, *HEADERS)), " ".join(flags).encode(), platform.machine().encode()):
         digest.update(part)
         digest.update(b"\0")
-    return cache / "kernels" / f"tokenwire-{digest.hexdigest()[:16]}.so"
+    return f"tokenwire-{digest.hexdigest()[:16]}.so"
 
 
 def build(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
@@ -227,6 +242,7 @@ def build(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
                               timeout=BUILD_TIMEOUT_S)
         if done.returncode != 0:
             raise RuntimeError(f"{compiler} failed: {done.stderr.strip()[-500:]}")
+        os.chmod(tmp, 0o755)  # mkstemp's 0600 would hide an installed library from other users
         os.replace(tmp, target)
     except (OSError, subprocess.SubprocessError) as exc:
         raise RuntimeError(f"{compiler} could not run: {exc}") from exc
@@ -234,38 +250,82 @@ def build(target: Path, compiler: str, flags: tuple[str, ...]) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+FALLBACK = "grouped attention matmuls and oneDNN linears instead, slower"
+
+
 def shared() -> Loaded:
-    """:func:`load` once per process (the attention and the linears share it)."""
+    """:func:`load` once per process (the attention and the linears share it), the installed
+    library first; a WARNING where there is none."""
     global _shared
     if _shared is None:
-        _shared = load()
+        _shared = load(installed=INSTALLED)
         if _shared.library is None:
-            log.warning("native kernels unavailable (%s): grouped attention matmuls and oneDNN linears instead",
-                        _shared.detail)
+            log.warning("NATIVE KERNELS UNAVAILABLE (%s): %s; a C compiler and `python -m engine.local.native "
+                        "build` (scripts/install.sh) build them", _shared.detail, FALLBACK)
     return _shared
 
 
 _shared: Loaded | None = None
 
 
-def load(cache: Path | None = None) -> Loaded:
-    """The library for this machine, built first if it is not in the cache yet: with its own
-    threads, else for one thread, else None and the compiler's complaint."""
+def describe() -> str:
+    """``/engine/stats``' ``native_kernels``: the library this process loaded, or why it runs the fallbacks."""
+    if _shared is None:
+        return "not loaded (only a bf16 model uses them)"
+    if _shared.library is None:
+        return f"unavailable, fallback: {FALLBACK} ({_shared.detail})"
+    return f"{_shared.library.path} ({_shared.detail})"
+
+
+def load(cache: Path | None = None, *, installed: Path | None = None) -> Loaded:
+    """The library for these sources: from ``installed`` or ``<cache>/kernels/`` where one of them
+    has it, else built into ``<cache>/kernels/`` (``cache``: default the user cache); with its own
+    threads, else for one thread, else None and why."""
+    kernels = (cache or cache_dir()) / "kernels"
+    wanted = [(name, (*FLAGS, *extra)) for name, extra in VARIANTS]
+    failures = []
+    for name, flags in wanted:
+        for where in (installed, kernels):
+            target = None if where is None else where / library_name(flags)
+            if target is not None and target.exists():
+                try:
+                    return _loaded(target, f"{'installed' if where == installed else 'cached'}")
+                except (OSError, AttributeError) as exc:
+                    failures.append(f"{name} at {target}: {exc}")
     compiler = _compiler()
     if compiler is None:
-        return Loaded(None, f"no C compiler ({os.environ.get('CC') or 'cc'} not found)")
-    failures = []
-    version, root = _version(compiler), cache or cache_dir()
-    for name, extra in VARIANTS:
-        flags = (*FLAGS, *extra)
-        target = library_path(root, version, flags)
+        return Loaded(None, "; ".join([*failures, f"no C compiler ({os.environ.get('CC') or 'cc'} not found)"]))
+    for name, flags in wanted:
+        target = kernels / library_name(flags)
         try:
-            if not target.exists():
-                log.info("building the native kernels (%s) with %s, once per machine", name, compiler)
-                build(target, compiler, flags)
-            library = Library(target)
-            threads = f"own threads, idle spin {library.spin_us:g} µs" if library.parallel else "one thread"
-            return Loaded(library, f"built by {compiler}, {threads}")
+            log.info("building the native kernels (%s) with %s into %s", name, compiler, kernels)
+            build(target, compiler, flags)
+            return _loaded(target, f"built by {compiler}")
         except (RuntimeError, OSError, AttributeError) as exc:
             failures.append(f"{name}: {exc}")
     return Loaded(None, "build failed: " + "; ".join(failures))
+
+
+def _loaded(target: Path, how: str) -> Loaded:
+    library = Library(target)
+    paths = "AVX512-BF16" if library.linear.vector else "portable loops"
+    threads = f"own threads, idle spin {library.spin_us:g} µs" if library.parallel else "one thread"
+    return Loaded(library, f"{how}, {paths}, {threads}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m engine.local.native build``: the library in :data:`INSTALLED`, built there where
+    it is not yet, as :func:`load` builds into the cache at first use (scripts/install.sh runs it)."""
+    if (sys.argv[1:] if argv is None else argv) != ["build"]:
+        print("usage: python -m engine.local.native build", file=sys.stderr)
+        return 2
+    loaded = load(INSTALLED.parent)  # INSTALLED is <that>/kernels
+    if loaded.library is None:
+        print(f"the native kernels were not built ({loaded.detail}): the engine will run {FALLBACK}", file=sys.stderr)
+        return 1
+    print(f"native kernels: {loaded.library.path} ({loaded.detail})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

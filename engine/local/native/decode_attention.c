@@ -10,7 +10,8 @@
  * same way wherever it falls, and the softmax's sum has a fixed order. The local engine's one-pass
  * replay of a resumed generation relies on it (docs/engine.md, "Exactness").
  *
- * Built by engine/local/native.py with the machine's C compiler at first use; no torch headers.
+ * Built by engine/local/native.py for the architecture's baseline, at install or at first use; the
+ * AVX512-BF16 path (head_dim 64) is chosen on the CPU at run time (cpu.h). No torch headers.
  * The (row, key-value head) pairs are shared among the threads asked for by the kernels' own pool
  * (pool.c).
  */
@@ -19,7 +20,8 @@
 #include <string.h>
 
 #include "bf16.h"
-#include "pool.h"
+#include "cpu.h"
+#include "tokenwire.h"
 
 #define MAX_GROUP 32
 #define MAX_DIM 512
@@ -76,8 +78,8 @@ typedef struct {
     float *scores;             /* groups * t */
 } Head;
 
-/* Any head_dim: plain loops the compiler vectorizes. */
-static void head_portable(const Head *a) {
+/* Any head_dim: plain loops the compiler vectorizes (for the CPU's vector width: TW_CLONES). */
+TW_CLONES static void head_portable(const Head *a) {
     const int64_t groups = a->groups, t = a->t, d = a->d;
     float qf[groups][d], acc[groups][d], kf[d];
     for (int64_t g = 0; g < groups; g++)
@@ -112,17 +114,14 @@ static void head_portable(const Head *a) {
         for (int64_t i = 0; i < d; i++) a->out[g * d + i] = f32_to_bf16(acc[g][i]);
 }
 
-#if defined(__AVX512F__) && defined(__AVX512BF16__)
-#include <immintrin.h>
-#define HAVE_AVX512_BF16 1
-
-static inline __m512 widen16(const uint16_t *p) { /* 16 bf16 -> 16 fp32 */
+#ifdef TW_X86_BF16
+TW_BF16_TARGET static inline __m512 widen16(const uint16_t *p) { /* 16 bf16 -> 16 fp32 */
     __m512i x = _mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i *)p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(x, 16));
 }
 
 /* The 16 lane sums of v[0..15], in order, as one vector. */
-static inline __m512 sum16(const __m512 *v) {
+TW_BF16_TARGET static inline __m512 sum16(const __m512 *v) {
     __m512 w[8], u[4];
     for (int i = 0; i < 8; i++)
         w[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]), _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
@@ -138,7 +137,7 @@ static inline __m512 sum16(const __m512 *v) {
 
 /* exp(x) for x <= 0, 16 at a time: the same reduction and polynomial as exp_nonpositive, with
  * the power of two applied by VSCALEFPS; -INFINITY (a masked position) gives 0. */
-static inline __m512 exp512_nonpositive(__m512 x) {
+TW_BF16_TARGET static inline __m512 exp512_nonpositive(__m512 x) {
     const __mmask16 masked = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-INFINITY), _CMP_EQ_OQ);
     x = _mm512_max_ps(x, _mm512_set1_ps(-87.0f));
     __m512 n = _mm512_roundscale_ps(_mm512_fmadd_ps(x, _mm512_set1_ps(1.44269504088896341f), _mm512_set1_ps(0.5f)),
@@ -156,7 +155,7 @@ static inline __m512 exp512_nonpositive(__m512 x) {
 }
 
 /* In place: each row of t scores becomes exp(score - the row's max); returns 1 / their sum per row. */
-static void exp_rows512(int64_t groups, int64_t t, float *scores, float *inv) {
+TW_BF16_TARGET static void exp_rows512(int64_t groups, int64_t t, float *scores, float *inv) {
     const __m512 ninf = _mm512_set1_ps(-INFINITY);
     const __mmask16 tail = (__mmask16)((1u << (t % 16)) - 1u);
     const int64_t full = t - t % 16;
@@ -183,7 +182,7 @@ static void exp_rows512(int64_t groups, int64_t t, float *scores, float *inv) {
 
 /* head_dim 64: q.K by VDPBF16PS (exact bf16 products, fp32 sums), 16 positions per reduction;
  * the weighted sum of exp(score - max) over V widened in registers, divided by the sum once. */
-static void head64(const Head *a) {
+TW_BF16_TARGET static void head64(const Head *a) {
     const int64_t groups = a->groups, t = a->t;
     float *scores = a->scores;
     __m512bh qv[groups][2];
@@ -259,6 +258,7 @@ static void head64(const Head *a) {
 
 typedef struct {
     int64_t hq, hkv, t, d, groups;
+    int bf16; /* the AVX512-BF16 path runs on this CPU (head_dim 64) */
     float scale;
     const uint16_t *q;
     int64_t qsb, qsh;
@@ -282,8 +282,8 @@ static void heads(void *ctx, int64_t begin, int64_t end, int64_t slot) {
                   j->q + row * j->qsb + h * groups * j->qsh, j->k + row * j->ksb + h * j->ksh,
                   j->v + row * j->vsb + h * j->vsh, j->mask ? j->mask + row * j->msb : NULL,
                   j->out + (row * j->hq + h * groups) * d, j->scratch + slot * groups * t};
-#ifdef HAVE_AVX512_BF16
-        if (d == 64) {
+#ifdef TW_X86_BF16
+        if (d == 64 && j->bf16) {
             head64(&a);
             continue;
         }
@@ -305,7 +305,7 @@ int tw_decode_attention(int64_t b, int64_t hq, int64_t hkv, int64_t t, int64_t d
     if (hkv <= 0 || groups <= 0 || groups * hkv != hq || groups > MAX_GROUP || d <= 0 || d > MAX_DIM || t <= 0
         || threads <= 0)
         return -1;
-    const Job job = {hq, hkv, t, d, groups, scale, q, qsb, qsh, k, ksb, ksh, kst, v, vsb, vsh, vst, mask, msb, out, scratch};
+    const Job job = {hq, hkv, t, d, groups, tw_cpu_bf16(), scale, q, qsb, qsh, k, ksb, ksh, kst, v, vsb, vsh, vst, mask, msb, out, scratch};
     tw_pool_run(threads, b * hkv, 1, heads, (void *)&job);
     return 0;
 }

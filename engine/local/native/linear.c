@@ -4,7 +4,8 @@
  * outputs' two weights side by side, [panel][k / 2][64][2] bf16, zero padded. With AVX512-BF16 one
  * 64-byte load is 16 outputs x 2 inputs, the operand of VDPBF16PS (exact bf16 products, fp32
  * sums); a block of up to 6 rows x 64 outputs lives in 24 registers, so each weight read from
- * memory serves 6 rows and no output needs a horizontal sum. Elsewhere a portable loop does the
+ * memory serves 6 rows and no output needs a horizontal sum. On a CPU without them (cpu.h decides at
+ * run time) a portable loop does the
  * same sums in the same layout. Sums are fp32 from the bias (or 0) in input order, rounded once to
  * bf16 (round to nearest even, as torch's conversion; the AVX512-BF16 instructions treat subnormal
  * inputs and results as zero).
@@ -17,23 +18,14 @@
 #include <string.h>
 
 #include "bf16.h"
-#include "pool.h"
-#if defined(__AVX512BF16__) && defined(__AVX512BW__) && defined(__AVX512VL__)
-#include <immintrin.h>
-#define TW_BF16_VECTOR 1
-#endif
+#include "cpu.h"
+#include "tokenwire.h"
 
 #define PANEL 64 /* outputs per panel */
 #define MAX_ROWS 6 /* rows per register block */
 
-/* 1 where the AVX512-BF16 path was compiled in, else 0 (the portable loops). */
-int tw_linear_vector(void) {
-#ifdef TW_BF16_VECTOR
-    return 1;
-#else
-    return 0;
-#endif
-}
+/* 1 where the AVX512-BF16 path runs on this CPU (cpu.h), else 0 (the portable loops). */
+int tw_linear_vector(void) { return tw_cpu_bf16(); }
 
 /* bf16 elements of the packed form of an n x k weight. */
 int64_t tw_linear_packed_size(int64_t n, int64_t k) {
@@ -64,9 +56,9 @@ static inline uint32_t input_pair(const uint16_t *x, int64_t j, int64_t k) {
     return v;
 }
 
-#ifdef TW_BF16_VECTOR
+#ifdef TW_X86_BF16
 /* ``rows`` (1..MAX_ROWS, a constant at each call) rows x one panel. */
-static inline __attribute__((always_inline)) void block(const int rows, int64_t k, const uint16_t *x, int64_t xs,
+TW_BF16_TARGET static inline __attribute__((always_inline)) void block(const int rows, int64_t k, const uint16_t *x, int64_t xs,
                                                         const uint16_t *w, const float *bias, uint16_t *out,
                                                         int64_t os, int64_t cols) {
     const int64_t pairs = (k + 1) / 2, whole = k / 2;
@@ -99,8 +91,8 @@ static inline __attribute__((always_inline)) void block(const int rows, int64_t 
         }
 }
 
-static void panel(int64_t m, int64_t k, const uint16_t *x, int64_t xs, const uint16_t *w, const float *bias,
-                  uint16_t *out, int64_t os, int64_t cols) {
+TW_BF16_TARGET static void panel_bf16(int64_t m, int64_t k, const uint16_t *x, int64_t xs, const uint16_t *w,
+                                     const float *bias, uint16_t *out, int64_t os, int64_t cols) {
     int64_t r = 0;
     for (; r + MAX_ROWS <= m; r += MAX_ROWS) block(MAX_ROWS, k, x + r * xs, xs, w, bias, out + r * os, os, cols);
     const uint16_t *xr = x + r * xs;
@@ -114,9 +106,10 @@ static void panel(int64_t m, int64_t k, const uint16_t *x, int64_t xs, const uin
         default: break;
     }
 }
-#else
-static void panel(int64_t m, int64_t k, const uint16_t *x, int64_t xs, const uint16_t *w, const float *bias,
-                  uint16_t *out, int64_t os, int64_t cols) {
+#endif
+
+static void panel_portable(int64_t m, int64_t k, const uint16_t *x, int64_t xs, const uint16_t *w, const float *bias,
+                           uint16_t *out, int64_t os, int64_t cols) {
     const int64_t pairs = (k + 1) / 2;
     float acc[PANEL];
     for (int64_t r = 0; r < m; r++) {
@@ -134,10 +127,10 @@ static void panel(int64_t m, int64_t k, const uint16_t *x, int64_t xs, const uin
         for (int64_t c = 0; c < cols; c++) out[r * os + c] = f32_to_bf16(acc[c]);
     }
 }
-#endif
 
 typedef struct {
     int64_t m, k, n, xs, os, size;
+    int bf16; /* the AVX512-BF16 path runs on this CPU */
     const uint16_t *x, *w;
     const float *bias;
     uint16_t *out;
@@ -148,8 +141,15 @@ static void linear_share(void *ctx, int64_t begin, int64_t end, int64_t slot) {
     (void)slot;
     for (int64_t p = begin; p < end; p++) {
         const int64_t cols = j->n - p * PANEL < PANEL ? j->n - p * PANEL : PANEL;
-        panel(j->m, j->k, j->x, j->xs, j->w + p * j->size, j->bias ? j->bias + p * PANEL : 0, j->out + p * PANEL,
-              j->os, cols);
+        const uint16_t *w = j->w + p * j->size;
+        const float *bias = j->bias ? j->bias + p * PANEL : 0;
+#ifdef TW_X86_BF16
+        if (j->bf16) {
+            panel_bf16(j->m, j->k, j->x, j->xs, w, bias, j->out + p * PANEL, j->os, cols);
+            continue;
+        }
+#endif
+        panel_portable(j->m, j->k, j->x, j->xs, w, bias, j->out + p * PANEL, j->os, cols);
     }
 }
 
@@ -160,7 +160,7 @@ int tw_linear(int64_t m, int64_t k, int64_t n, const uint16_t *x, int64_t xs, co
               uint16_t *out, int64_t os, int64_t threads) {
     if (m < 0 || k <= 0 || n <= 0 || xs < k || os < n) return -1;
     const int64_t panels = (n + PANEL - 1) / PANEL, size = ((k + 1) / 2) * PANEL * 2;
-    LinearJob job = {m, k, n, xs, os, size, x, w, bias, out};
+    LinearJob job = {m, k, n, xs, os, size, tw_cpu_bf16(), x, w, bias, out};
     /* shares of about an eighth of each thread's part: a thread that starts late still gets some */
     tw_pool_run(threads, panels, threads > 1 ? panels / (threads * 8) : panels, linear_share, &job);
     return 0;

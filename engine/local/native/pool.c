@@ -17,13 +17,16 @@
  *
  * The job word packs the job's number (high 32 bits) and its next unclaimed unit (low 32 bits);
  * a share is claimed by a compare-and-swap on it, so a thread holding a stale job number claims
- * nothing, and a claim that succeeds saw the job's description whole (it is written only while
- * no job runs).
+ * nothing. A new job's number is published first with no unit left to claim (CLOSED), then its
+ * description is written, then its first unit is opened: so a claim that succeeds saw the
+ * description of its own job whole. (Were the description written under the last job's number, a
+ * thread of that job reading the new unit count could claim units of the new job under the old
+ * number, with the old job's task or context, and count them into the new job's total.)
  *
  * Built with TW_ONE_THREAD, or off Linux (no futex), every job runs on its caller.
  */
 #define _GNU_SOURCE
-#include "pool.h"
+#include "tokenwire.h"
 
 #if defined(TW_ONE_THREAD) || !defined(__linux__)
 void tw_pool_run(int64_t threads, int64_t n, int64_t chunk, tw_task fn, void *ctx) {
@@ -45,6 +48,7 @@ int tw_pool_parallel(void) { return 0; }
 #include <unistd.h>
 
 #define MAX_POOL 63 /* pool threads at most */
+#define CLOSED UINT32_MAX /* a job word's next unit while its job is being described: none to claim */
 
 static struct {
     _Atomic uint64_t job;     /* number << 32 | next unit */
@@ -56,7 +60,7 @@ static struct {
     _Atomic(tw_task) fn;
     _Atomic(void *) ctx;
     _Atomic int64_t n, chunk, threads;
-    int started;              /* pool threads running (under ``lock``) */
+    _Atomic int started;      /* pool threads running (written under ``lock``) */
     pthread_mutex_t lock;     /* one job at a time; starting threads */
 } pool = {.spin_ns = 100000, .lock = PTHREAD_MUTEX_INITIALIZER};
 
@@ -84,6 +88,8 @@ static void work(uint64_t number, int64_t slot) {
         const int64_t chunk = atomic_load_explicit(&pool.chunk, memory_order_relaxed);
         const tw_task fn = atomic_load_explicit(&pool.fn, memory_order_relaxed);
         void *ctx = atomic_load_explicit(&pool.ctx, memory_order_relaxed);
+        /* a description of a later job read here comes after that job's closing of the word: the claim fails */
+        atomic_thread_fence(memory_order_acquire);
         if (next >= n) return;
         const int64_t end = next + chunk < n ? next + chunk : n;
         if (!atomic_compare_exchange_weak_explicit(&pool.job, &seen, number << 32 | (uint64_t)end,
@@ -146,7 +152,7 @@ static int start_threads(int want) {
 void tw_pool_run(int64_t threads, int64_t n, int64_t chunk, tw_task fn, void *ctx) {
     if (n <= 0) return;
     if (chunk < 1) chunk = 1;
-    if (threads <= 1 || n <= chunk || n > UINT32_MAX || pthread_mutex_trylock(&pool.lock) != 0) {
+    if (threads <= 1 || n <= chunk || n >= CLOSED || pthread_mutex_trylock(&pool.lock) != 0) {
         fn(ctx, 0, n, 0);
         return;
     }
@@ -156,13 +162,15 @@ void tw_pool_run(int64_t threads, int64_t n, int64_t chunk, tw_task fn, void *ct
         fn(ctx, 0, n, 0);
         return;
     }
+    const uint64_t number = (atomic_load_explicit(&pool.job, memory_order_relaxed) >> 32) + 1;
+    atomic_store_explicit(&pool.job, number << 32 | CLOSED, memory_order_relaxed);
+    atomic_thread_fence(memory_order_release); /* the closing before the description (work's fence) */
     atomic_store_explicit(&pool.fn, fn, memory_order_relaxed);
     atomic_store_explicit(&pool.ctx, ctx, memory_order_relaxed);
     atomic_store_explicit(&pool.n, n, memory_order_relaxed);
     atomic_store_explicit(&pool.chunk, chunk, memory_order_relaxed);
     atomic_store_explicit(&pool.threads, helpers + 1 < threads ? helpers + 1 : threads, memory_order_relaxed);
     atomic_store_explicit(&pool.done, 0, memory_order_relaxed);
-    const uint64_t number = (atomic_load_explicit(&pool.job, memory_order_relaxed) >> 32) + 1;
     atomic_store_explicit(&pool.job, number << 32, memory_order_release);
     atomic_fetch_add(&pool.wake, 1);
     if (atomic_load(&pool.sleepers) > 0) syscall(SYS_futex, &pool.wake, FUTEX_WAKE_PRIVATE, INT_MAX, NULL, NULL, 0);
@@ -179,7 +187,7 @@ void tw_pool_run(int64_t threads, int64_t n, int64_t chunk, tw_task fn, void *ct
 void tw_pool_spin(int64_t ns) { atomic_store(&pool.spin_ns, ns < 0 ? 0 : ns); }
 
 /* Pool threads started so far. */
-int64_t tw_pool_threads(void) { return pool.started; }
+int64_t tw_pool_threads(void) { return atomic_load(&pool.started); }
 
 /* 1: jobs are shared among threads (this build has the pool). */
 int tw_pool_parallel(void) { return 1; }

@@ -236,13 +236,14 @@ def test_a_bf16_decode_call_takes_the_native_kernel_else_the_grouped_path(
 def test_the_setting_chooses_the_path_and_a_bad_value_is_named(monkeypatch: pytest.MonkeyPatch,
                                                                caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(native, "INSTALLED", tmp_path / "installed")  # none installed: built into the cache
     monkeypatch.setattr(attention, "_native_loaded", None)
     monkeypatch.setattr(native, "_shared", None)
     monkeypatch.setattr(attention, "_native", None)
     monkeypatch.delenv("TOKENWIRE_DECODE_ATTENTION", raising=False)
     assert attention.wanted(torch.bfloat16) and not attention.wanted(torch.float32)
     assert attention.mode() == "native" and attention.register() == attention.NAME
-    assert attention.decode_kernel(attention.NAME).startswith("native fp32 (built by ")
+    assert attention.decode_kernel(attention.NAME).startswith("native fp32 (built by ")  # not installed: built
     assert os.listdir(tmp_path / "kernels")
     monkeypatch.setenv("TOKENWIRE_DECODE_ATTENTION", "grouped")
     assert attention.register() == attention.GROUPED
@@ -259,6 +260,7 @@ def test_the_setting_chooses_the_path_and_a_bad_value_is_named(monkeypatch: pyte
 def test_without_a_compiler_the_engine_decodes_with_grouped_matmuls_and_says_why(
         monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path) -> None:
     monkeypatch.setenv("TOKENWIRE_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(native, "INSTALLED", tmp_path / "installed")  # none installed, and none can be built
     monkeypatch.setattr(attention, "_native_loaded", None)
     monkeypatch.setattr(native, "_shared", None)
     monkeypatch.setattr(attention, "_native", None)
@@ -266,6 +268,9 @@ def test_without_a_compiler_the_engine_decodes_with_grouped_matmuls_and_says_why
     monkeypatch.setenv("CC", "tokenwire-no-such-compiler")
     with caplog.at_level(logging.WARNING, logger="tokenwire.engine"):
         assert attention.register() == attention.GROUPED
-    assert "native kernels unavailable (no C compiler" in caplog.text
+    warning = [r for r in caplog.records if r.levelno == logging.WARNING and "NATIVE KERNELS UNAVAILABLE" in r.message]
+    assert len(warning) == 1 and "(no C compiler (tokenwire-no-such-compiler not found))" in warning[0].message
+    assert native.describe() == (f"unavailable, fallback: {native.FALLBACK} "
+                                 "(no C compiler (tokenwire-no-such-compiler not found))")
     assert attention.decode_kernel(attention.GROUPED) == (
         "grouped fp32 (native kernel: no C compiler (tokenwire-no-such-compiler not found))")

@@ -57,7 +57,7 @@ def _packed(path: Path, kernel: str, monkeypatch: pytest.MonkeyPatch) -> Any:
     monkeypatch.setenv("TOKENWIRE_LINEAR_KERNEL", kernel)
     count, name = pack_linears(packed, torch.bfloat16, wanted=True)
     layers = int(plain.config.num_hidden_layers)
-    prefix = "native bf16 (built by " if kernel == "native" else "oneDNN packed (bf16)"
+    prefix = "native bf16 (" if kernel == "native" else "oneDNN packed (bf16)"
     assert name.startswith(prefix) and name.endswith(f", {2 * layers} sibling groups fused")  # q/k/v, gate/up
     # every linear of a text model is in its decoder or is its output projection
     assert count == len(_linears(plain)) > 0
@@ -164,7 +164,7 @@ def test_the_bf16_engine_packs_by_default_and_matches_model_generate(asset: Call
         stats = h.engine.stats()
         got = [h.run(request(p, max_tokens=16))[0].ids for p in ps]
         engine_attention = h.engine.runner.model.config._attn_implementation
-    prefix = "native bf16 (built by " if _native_vector() else "oneDNN packed (bf16"
+    prefix = "native bf16 (" if _native_vector() else "oneDNN packed (bf16"
     assert stats["linear_kernel"].startswith(prefix) and stats["linear_kernel"].endswith(", 60 sibling groups fused")
     assert h.engine.runner.packed_linears == 30 * 7 + 1  # SmolLM2: 7 per layer and the output projection
     # engine/local/attention.py: the native kernel where this machine builds it, else grouped matmuls
