@@ -1,6 +1,6 @@
-"""The same token ids give the same answer on every derender path of a real server process: the
-one-shot HTTP derender, the streaming HTTP derender (signed state) and WebSocket ``derender``
-frames.
+"""The same token ids give the same answer on every derender path of the app ``launch render``
+builds (in process, tests/support/cli_app.py): the one-shot HTTP derender, the streaming HTTP
+derender (signed state) and WebSocket ``derender`` frames.
 
 - Issue 24: a "stop" stream without an end token keeps its last real token (Llama 3.1 with no
   parser: ``"Sure: [get"``; with ``--tool-call-parser pythonic``: the call).
@@ -10,19 +10,16 @@ frames.
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
+from starlette.testclient import TestClient
 
 from session.derender import assemble_message
-from tests.e2e.ws_client import SessionClient
-from tests.support.server_proc import ServerProcess
-
-pytestmark = pytest.mark.slow
+from tests.conftest import asset_path
+from tests.support.cli_app import cli_client
+from tests.support.session_frames import open_session
 
 CHAT = "/v1/chat/completions/derender"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
@@ -31,27 +28,27 @@ PADDED = [102116, 151669, 60193]  # "设立", an id past tiny-qwen3's tokenizer,
 
 
 @pytest.fixture(scope="module")
-def llama(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    args = ["launch", "render", str(asset("llama3.1")), "--served-model-name", "m", "--state-secret", "e2e-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
+def llama() -> Iterator[TestClient]:
+    args = ["launch", "render", str(asset_path("llama3.1")), "--served-model-name", "m", "--state-secret", "e2e-secret-0123456789-abcdefghijklmnopqrstuvwxyz",
             "--tool-call-parser", "pythonic", "--enable-auto-tool-choice"]
-    with ServerProcess(args) as srv:
+    with cli_client(args) as srv:
         yield srv
 
 
 @pytest.fixture(scope="module")
-def tiny_qwen3(asset: Callable[[str], Path]) -> Iterator[ServerProcess]:
-    with ServerProcess(["launch", "render", str(asset("tiny-qwen3")), "--served-model-name", "m",
-                        "--state-secret", "e2e-secret-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
+def tiny_qwen3() -> Iterator[TestClient]:
+    with cli_client(["launch", "render", str(asset_path("tiny-qwen3")), "--served-model-name", "m",
+                     "--state-secret", "e2e-secret-0123456789-abcdefghijklmnopqrstuvwxyz"]) as srv:
         yield srv
 
 
-def every_path(srv: ServerProcess, chat_request: dict[str, Any], ids: list[int], finish: str,
+def every_path(srv: TestClient, chat_request: dict[str, Any], ids: list[int], finish: str,
                prompt: list[int]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """(one-shot message and finish, HTTP-streamed message, WebSocket-streamed message), one id
     per streamed chunk and the finish alone in the last."""
-    one = httpx.post(srv.url + CHAT, json={"chat_request": chat_request, "prompt_token_ids": prompt,
-                                           "generate_response": {"request_id": "chatcmpl-e", "choices": [
-                                               {"index": 0, "finish_reason": finish, "token_ids": ids}]}}, timeout=60)
+    one = srv.post(CHAT, json={"chat_request": chat_request, "prompt_token_ids": prompt,
+                               "generate_response": {"request_id": "chatcmpl-e", "choices": [
+                                   {"index": 0, "finish_reason": finish, "token_ids": ids}]}})
     assert one.status_code == 200, one.text
     cuts = [[i] for i in ids] + [[]]
 
@@ -61,26 +58,20 @@ def every_path(srv: ServerProcess, chat_request: dict[str, Any], ids: list[int],
                     {"index": 0, "token_ids": cuts[k], "finish_reason": finish if k == len(cuts) - 1 else None}]}}
 
     http_chunks, state = [], None
-    with httpx.Client(base_url=srv.url, timeout=60) as client:
-        for k in range(len(cuts)):
-            r = client.post(CHAT, json={"stream": True, **body(k, state)})
-            assert r.status_code == 200, r.text
-            http_chunks.append(r.json()["chunk"])
-            state = r.json()["stream_state"]
+    for k in range(len(cuts)):
+        r = srv.post(CHAT, json={"stream": True, **body(k, state)})
+        assert r.status_code == 200, r.text
+        http_chunks.append(r.json()["chunk"])
+        state = r.json()["stream_state"]
 
-    async def over_ws() -> list[dict[str, Any]]:
-        client = await SessionClient.open(srv.ws_url)
-        chunks, state = [], None
+    ws_chunks, state = [], None
+    with open_session(srv) as client:
         for k in range(len(cuts)):
-            await client.send(type="derender", id=f"d{k}", kind="chat", body=body(k, state))
-            (frame,) = await client.until(f"d{k}", "derender.delta")
+            client.send(type="derender", id=f"d{k}", kind="chat", body=body(k, state))
+            (frame,) = client.until(f"d{k}", "derender.delta")
             assert frame["type"] == "derender.delta", frame
-            chunks.append(frame["result"]["chunk"])
+            ws_chunks.append(frame["result"]["chunk"])
             state = frame["result"]["stream_state"]
-        await client.close()
-        return chunks
-
-    ws_chunks = asyncio.run(over_ws())
     choice = one.json()["choices"][0]
     return choice, assemble_message(http_chunks), assemble_message(ws_chunks)
 
@@ -95,7 +86,7 @@ def _same(choice: dict[str, Any], streamed: dict[str, Any]) -> None:
 
 
 @pytest.mark.parametrize("finish", ["stop", "length"])
-def test_a_stop_stream_without_an_end_token_keeps_its_last_token_on_every_path(llama: ServerProcess,
+def test_a_stop_stream_without_an_end_token_keeps_its_last_token_on_every_path(llama: TestClient,
                                                                              finish: str) -> None:
     chat_request = {"messages": [{"role": "user", "content": "x"}]}
     choice, http, ws = every_path(llama, chat_request, SURE_GET, finish, [128000, 128006])
@@ -105,7 +96,7 @@ def test_a_stop_stream_without_an_end_token_keeps_its_last_token_on_every_path(l
 
 
 @pytest.mark.parametrize("eot", [False, True])
-def test_a_pythonic_call_ending_in_stop_is_a_call_on_every_path(llama: ServerProcess, tokenizer: Callable[[str], Any],
+def test_a_pythonic_call_ending_in_stop_is_a_call_on_every_path(llama: TestClient, tokenizer: Callable[[str], Any],
                                                                 eot: bool) -> None:
     tok = tokenizer("llama3.1")
     ids = tok.encode('[get_weather(city="Paris")]', add_special_tokens=False) + ([tok.eos_token_id] if eot else [])
@@ -120,13 +111,13 @@ def test_a_pythonic_call_ending_in_stop_is_a_call_on_every_path(llama: ServerPro
 
 
 def test_ids_past_the_tokenizer_within_the_model_vocab_decode_to_nothing_on_every_path(
-        tiny_qwen3: ServerProcess) -> None:
+        tiny_qwen3: TestClient) -> None:
     chat_request = {"messages": [{"role": "user", "content": "x"}]}
     choice, http, ws = every_path(tiny_qwen3, chat_request, PADDED, "length", [151644, 151679])
     assert choice["message"]["content"] == "设立/fw"
     _same(choice, http)
     _same(choice, ws)
-    r = httpx.post(tiny_qwen3.url + CHAT, json={"generate_response": {"request_id": "c", "choices": [
-        {"index": 0, "finish_reason": "length", "token_ids": [1, 151680]}]}}, timeout=60)
+    r = tiny_qwen3.post(CHAT, json={"generate_response": {"request_id": "c", "choices": [
+        {"index": 0, "finish_reason": "length", "token_ids": [1, 151680]}]}})
     assert r.status_code == 400, r.text
     assert "token id 151680, outside this model's vocabulary (0..151679)" in r.json()["error"]["message"]
