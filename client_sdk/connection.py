@@ -1,6 +1,7 @@
 """The WebSocket transport: one session (docs/protocol.md) carrying many requests, kept alive and
 reopened when it drops. Connect, the reader task and its ``seq`` check, request ids and
-``max_in_flight``, keep-alive and reconnection: docs/client.md, "The WebSocket transport".
+``max_in_flight``, keep-alive and reconnection, and the task group they run in: docs/client.md,
+"The WebSocket transport".
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import random
 from typing import Any, Literal
 
+import anyio
 import orjson
 from pydantic import ValidationError
 from websockets.asyncio.client import ClientConnection
@@ -28,10 +30,9 @@ from client_sdk.transport import (
     Handle,
     Interrupted,
     call_in_loop,
-    cancel_all,
-    spawn,
 )
 from client_sdk.types import SessionInfo
+from engine.task_host import TaskHost
 from session.client_frames import (
     Cancel,
     ClientFrame,
@@ -67,8 +68,7 @@ class WebSocketTransport:
         self._channels: dict[str, Channel] = {}
         self._waiters: dict[str, asyncio.Future[AnyServerFrame]] = {}
         self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._supervisor: asyncio.Task[None] | None = None
+        self._tasks = TaskHost("tokenwire session")  # the reader, its keep-alive, cancels being sent
         self._slots: asyncio.Semaphore | None = None
         self._slot_holders: set[str] = set()
         self._settings_patch: dict[str, Any] = {}  # every session.update so far, merged: re-sent on reconnect
@@ -102,7 +102,8 @@ class WebSocketTransport:
                 continue
             self._url_index = index
             self._attach(ws)
-            self._supervisor = asyncio.get_running_loop().create_task(self._supervise(ws), name="tokenwire session")
+            group = await self._tasks.open()
+            group.start_soon(self._run, ws, name="tokenwire session reader")
             return
         assert last is not None
         raise last
@@ -149,15 +150,11 @@ class WebSocketTransport:
         self._closing = True
         for channel in self._channels.values():
             channel.fail(errors.ConnectionLostError("the client was closed"))
-        if self._supervisor is not None:
-            self._supervisor.cancel()
-            with contextlib.suppress(BaseException):
-                await self._supervisor
+        await self._tasks.aclose()  # the reader, its keep-alive and any cancel being sent: ended
         ws, self._ws = self._ws, None
         if ws is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(ws.close(), 2.0)
-        await cancel_all(self._tasks)
 
     def abort_connection(self) -> None:
         """Drop the socket without a closing handshake (as a network failure would)."""
@@ -222,6 +219,23 @@ class WebSocketTransport:
         self._connected.set()
 
     # -- the live session ---------------------------------------------------------------------------
+    async def _run(self, ws: ClientConnection) -> None:
+        """The session's reader, in the transport's task group, until the client closes or the
+        session cannot be reopened. If it fails (a bug of ours), every request in flight and every
+        later call raises :class:`~client_sdk.errors.ConnectionLostError` caused by that error."""
+        try:
+            await self._supervise(ws)
+        except Exception as exc:
+            while isinstance(exc, ExceptionGroup) and len(exc.exceptions) == 1:  # the keep-alive's group
+                exc = exc.exceptions[0]
+            log.error("tokenwire session reader failed", exc_info=exc)
+            if self._ws is not None:
+                self._ws.transport.abort()
+            error = errors.ConnectionLostError(f"The session's reader failed: {exc!r}")
+            error.__cause__ = exc
+            self._lost(error)
+            self._break(error)
+
     async def _supervise(self, ws: ClientConnection) -> None:
         while True:
             lost = await self._serve(ws)
@@ -239,7 +253,14 @@ class WebSocketTransport:
             self._attach(ws)
 
     async def _serve(self, ws: ClientConnection) -> errors.ConnectionLostError:
-        keepalive = spawn(self._tasks, self._keepalive(ws), name="tokenwire keepalive")
+        """Read ``ws`` until it ends, its keep-alive beside it; why it ended."""
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(self._keepalive, ws, name="tokenwire keepalive")
+            lost = await self._read(ws)
+            tg.cancel_scope.cancel()
+        return lost
+
+    async def _read(self, ws: ClientConnection) -> errors.ConnectionLostError:
         try:
             async for message in ws:
                 if isinstance(message, bytes):
@@ -252,8 +273,6 @@ class WebSocketTransport:
             log.warning("tokenwire session broke the protocol (%s); reconnecting", exc)
             ws.transport.abort()
             return errors.ConnectionLostError(f"The server broke the protocol: {exc}")
-        finally:
-            keepalive.cancel()
         return errors.from_close(ws.close_code, ws.close_reason or "")
 
     def _dispatch(self, message: str) -> None:
@@ -392,7 +411,7 @@ class WebSocketTransport:
     def _cancel_soon(self, request_id: str) -> None:
         def send() -> None:
             if request_id in self._channels and self._ws is not None:
-                spawn(self._tasks, self._send_quietly(Cancel(id=request_id)), name=f"cancel {request_id}")
+                self._tasks.start_soon(self._send_quietly, Cancel(id=request_id), name=f"cancel {request_id}")
 
         call_in_loop(self._loop, send)
 

@@ -9,17 +9,20 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import itertools
+import logging
 from collections.abc import AsyncIterator
 from typing import Any, Literal
 
+import anyio
 import httpx
 import orjson
 
 from client_sdk import errors
 from client_sdk.options import Options
 from client_sdk.sse import SSEDecoder
-from client_sdk.transport import Channel, Handle, call_in_loop, cancel_all, error_frame, spawn
+from client_sdk.transport import Channel, Handle, call_in_loop, error_frame
 from client_sdk.types import SessionInfo
+from engine.task_host import TaskHost
 from session.client_frames import Derender, FrameError, Generate, Render, RequestFrame, SessionPatch
 from session.server_frames import (
     DELTA_FRAME_OF,
@@ -45,13 +48,10 @@ FRAME_OF_PATH = {PIPELINE_PATHS["chat"]: "chat", PIPELINE_PATHS["completion"]: "
                  PIPELINE_PATHS["messages"]: "messages", PIPELINE_PATHS["response"]: "response",
                  RENDER_PATHS["chat"]: "render",
                  DERENDER_PATHS["chat"]: "derender", GENERATE_PATH: "generate"}
+log = logging.getLogger("client_sdk")
 _ANTHROPIC_STATUS = {"invalid_request_error": 400, "authentication_error": 401, "permission_error": 403,
                      "not_found_error": 404, "request_too_large": 413, "rate_limit_error": 429,
                      "api_error": 500, "overloaded_error": 503}
-
-
-def void(_: object) -> None:
-    return None
 
 
 class HttpTransport:
@@ -69,8 +69,8 @@ class HttpTransport:
         self._info: SessionInfo | None = None
         self._settings: SessionSettings | None = None
         self._ids = itertools.count(1)
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._running: dict[str, asyncio.Task[Any]] = {}
+        self._tasks = TaskHost("tokenwire http")  # one task per request in flight
+        self._running: dict[str, anyio.CancelScope] = {}  # each request's: cancelling it ends the request
 
     @property
     def info(self) -> SessionInfo:
@@ -109,21 +109,23 @@ class HttpTransport:
         if getattr(frame, "resume", None) is not None or getattr(frame, "resumable", None):
             raise errors.UnsupportedError("Resumable streams need a WebSocket session; the HTTP endpoints "
                                           "send no checkpoints.")
+        if self._tasks.closed:
+            raise errors.ConnectError("the client is closed")
+        group = await self._tasks.open()
         channel = Channel(frame.id)
-        task = spawn(self._tasks, self._run(frame, channel), name=f"http {frame.id}")
-        self._running[frame.id] = task
-        task.add_done_callback(lambda _: self._running.pop(frame.id, None))
+        scope = self._running[frame.id] = anyio.CancelScope()
+        group.start_soon(self._run, frame, channel, scope, name=f"http {frame.id}")
         loop = asyncio.get_running_loop()
 
         def stop() -> None:
-            call_in_loop(loop, lambda: void(task.cancel()))
+            call_in_loop(loop, scope.cancel)
 
         return Handle(channel, cancel=stop, release=stop)
 
     async def cancel(self, request_id: str) -> None:
-        task = self._running.get(request_id)
-        if task is not None:
-            task.cancel()
+        scope = self._running.get(request_id)
+        if scope is not None:
+            scope.cancel()
 
     async def update_session(self, patch: dict[str, Any]) -> dict[str, Any]:
         assert self._settings is not None
@@ -137,34 +139,55 @@ class HttpTransport:
         return self._settings.as_dict()
 
     async def aclose(self) -> None:
-        await cancel_all(self._tasks)
+        await self._tasks.aclose()  # every request still running: cancelled, and ended
         await self._http.aclose()
 
     # -- one request ------------------------------------------------------------------------------
-    async def _run(self, frame: RequestFrame, channel: Channel) -> None:
+    async def _run(self, frame: RequestFrame, channel: Channel, scope: anyio.CancelScope) -> None:
+        """One request, in the transport's task group, until it ends or ``scope`` is cancelled
+        (its stream's cancel, ``cancel(id)``) or the transport closes: then it ends "cancelled"."""
         try:
-            with errors.transport_errors(f"{frame.type} over HTTP"):
-                if isinstance(frame, Render):
-                    body = apply_defaults(frame.kind, frame.body, self._session())
-                    result = await self._post_json(RENDER_PATHS[frame.kind], body, channel)
-                    if result is not None:
-                        channel.put(RenderDone(id=frame.id, result=result))
-                elif isinstance(frame, Derender):
-                    result = await self._post_json(DERENDER_PATHS[frame.kind], {**frame.body, "stream": True}, channel)
-                    if result is not None:
-                        channel.put(DerenderDelta(id=frame.id, result=result))
-                elif isinstance(frame, Generate):
-                    await self._generate(frame, channel)
-                else:
-                    await self._pipeline(frame, channel)
-        except asyncio.CancelledError:
-            if frame.type in ("render", "derender"):
-                channel.put(error_frame(frame.id, {"code": "cancelled", "status": 499, "param": None,
-                                                   "message": "The request was cancelled."}))
-            else:
-                channel.put(DONE_FRAME_OF[frame.type](id=frame.id, status="cancelled"))
+            with scope:
+                await self._request(frame, channel)
+        except anyio.get_cancelled_exc_class():  # the transport closes: its requests end as cancelled
+            self._cancelled(frame, channel)
+            raise
         except errors.TokenwireError as exc:
             channel.fail(exc)
+        except Exception as exc:  # e.g. an SSE payload that is not JSON: its reader raises, not waits
+            log.error("%s over HTTP failed", frame.type, exc_info=exc)
+            error = errors.ProtocolError(f"{frame.type} over HTTP failed: {exc!r}")
+            error.__cause__ = exc
+            channel.fail(error)
+        else:
+            if scope.cancelled_caught:
+                self._cancelled(frame, channel)
+        finally:
+            self._running.pop(frame.id, None)
+
+    async def _request(self, frame: RequestFrame, channel: Channel) -> None:
+        with errors.transport_errors(f"{frame.type} over HTTP"):
+            if isinstance(frame, Render):
+                body = apply_defaults(frame.kind, frame.body, self._session())
+                result = await self._post_json(RENDER_PATHS[frame.kind], body, channel)
+                if result is not None:
+                    channel.put(RenderDone(id=frame.id, result=result))
+            elif isinstance(frame, Derender):
+                result = await self._post_json(DERENDER_PATHS[frame.kind], {**frame.body, "stream": True}, channel)
+                if result is not None:
+                    channel.put(DerenderDelta(id=frame.id, result=result))
+            elif isinstance(frame, Generate):
+                await self._generate(frame, channel)
+            else:
+                await self._pipeline(frame, channel)
+
+    @staticmethod
+    def _cancelled(frame: RequestFrame, channel: Channel) -> None:
+        if frame.type in ("render", "derender"):
+            channel.put(error_frame(frame.id, {"code": "cancelled", "status": 499, "param": None,
+                                               "message": "The request was cancelled."}))
+        else:
+            channel.put(DONE_FRAME_OF[frame.type](id=frame.id, status="cancelled"))
 
     def _session(self) -> SessionSettings:
         assert self._settings is not None

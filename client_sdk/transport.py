@@ -15,7 +15,6 @@ that the session's other requests share.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections import deque
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
@@ -148,19 +147,3 @@ def call_in_loop(loop: asyncio.AbstractEventLoop | None, fn: Callable[[], None])
 
 def error_frame(request_id: str | None, error: dict[str, Any]) -> ErrorFrame:
     return ErrorFrame(id=request_id, error=error)
-
-
-def spawn(tasks: set[asyncio.Task[Any]], coro: Any, *, name: str | None = None) -> asyncio.Task[Any]:
-    """Start a background task the owner keeps a reference to (and can cancel on close)."""
-    task = asyncio.get_running_loop().create_task(coro, name=name)
-    tasks.add(task)
-    task.add_done_callback(tasks.discard)
-    return task
-
-
-async def cancel_all(tasks: set[asyncio.Task[Any]]) -> None:
-    for task in list(tasks):
-        task.cancel()
-    for task in list(tasks):
-        with contextlib.suppress(BaseException):
-            await task

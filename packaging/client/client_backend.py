@@ -29,6 +29,7 @@ MODULES = (
     "engine.json_depth",
     "engine.protocol",
     "engine.structured",
+    "engine.task_host",
     "session",
     "session.error_codes",
     "session.client_frames",
@@ -43,7 +44,7 @@ MODULES = (
     "session.settings",
 )
 # Distributions the modules above import (names as in the repository's dependencies).
-REQUIREMENTS = ("websockets", "httpx", "pydantic", "orjson", "anyio")  # anyio: engine.interface (stream close)
+REQUIREMENTS = ("websockets", "httpx", "pydantic", "orjson", "anyio")  # anyio: the task groups, engine.interface
 
 HERE = Path(__file__).resolve().parent
 _EPOCH = (1980, 1, 1, 0, 0, 0)  # zip timestamps: the same files give the same wheel
