@@ -70,4 +70,7 @@ step "tokenwire[$extras]" "${pip[@]}" install -e ".[$extras]"
 if ! .venv/bin/python -c 'import importlib.metadata as m, sys; sys.exit(m.version("xgrammar") != "0.2.9")' 2>/dev/null; then
     step "xgrammar 0.2.9" "${pip[@]}" install --no-deps xgrammar==0.2.9
 fi
+# The local engine's native kernels, into .venv/share/tokenwire/kernels/ (engine/local/native.py; optional:
+# without a compiler the engine runs slower fallbacks and says so; scripts/install-compiler.sh installs one).
+.venv/bin/python -m engine.local.native build || echo "installed without the native kernels (see above)" >&2
 echo "$digest $extras" > "$stamp"
