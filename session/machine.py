@@ -106,10 +106,19 @@ TRANSITIONS: dict[tuple[State, Event], tuple[State, str]] = {
     (R.CANCELLING, E.ABORTED): (R.IDLE, "send_cancelled"),
     # (R.IDLE, DELTA | DONE | FAILED | ABORTED) are illegal: work reported for no request.
 }
-# What ``Session._delta`` does without looking it up: a delta of a running request in an open session
-# is dispatched and sent, and changes no state (tests/session/test_session_machine.py holds it to the table).
-_FAST_DELTA: dict[tuple[State, Event], tuple[State, str]] = {
-    (S.OPEN, E.WORK): (S.OPEN, "dispatch"), (R.RUNNING, E.DELTA): (R.RUNNING, "send_delta")}
+
+
+def _staying(event: Event, effect: str) -> State:
+    """The one state in which ``event`` takes ``effect`` and leaves the state as it is (read from
+    :data:`TRANSITIONS`, so the shortcut below cannot drift from the table)."""
+    (state,) = [s for (s, e), (after, eff) in TRANSITIONS.items() if e is event and eff == effect and after is s]
+    return state
+
+
+# A delta of a running request in an open session is dispatched and sent, and changes no state:
+# ``Session._delta`` takes that effect without the two lookups (it runs once per token).
+_DISPATCHING = _staying(E.WORK, "dispatch")
+_SENDING = _staying(E.DELTA, "send_delta")
 
 
 Decoded = f.ClientFrame | f.FrameError | f.FatalFrameError
@@ -251,9 +260,22 @@ class Session:
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, now: float,
                        checkpoint: str | None = None, output_token_ids: list[int] | None = None,
-                       stream_id: str | None = None) -> None:
+                       stream_id: str | None = None, at_once: bool = False) -> bytes | None:
+        """A pipeline request's delta (its chunks or events). ``at_once``: the caller writes the
+        frame now if it may leave at once; then, in the common case (a running request in an open
+        session, no action pending), the frame is returned stamped and encoded, with no frame
+        object and no action (this runs once per token). Otherwise (None) it went through the
+        table, as a :class:`Send` action or not at all."""
         req = self._requests.get(request_id)
-        kind, event_id = (req.type, req.event_id) if req is not None else ("chat", None)
+        if req is None:
+            kind, event_id = "chat", None
+        else:
+            kind, event_id = req.type, req.event_id
+            if (at_once and req.state is _SENDING and self.state is _DISPATCHING and not self._actions
+                    and kind in sf.PIPELINE_KINDS):
+                self._seq += 1
+                return sf.ENCODE_PIPELINE_DELTA[kind](self._seq, event_id, request_id, stream_id, checkpoint,
+                                                      output_token_ids, payloads)
         frame: sf.ServerFrame
         if kind == "response":
             frame = sf.ResponseDelta(id=request_id, event_id=event_id, events=payloads)
@@ -267,26 +289,12 @@ class Session:
             frame = sf.ChatDelta(id=request_id, event_id=event_id, chunks=payloads, stream_id=stream_id,
                                  checkpoint=checkpoint, output_token_ids=output_token_ids)
         self._delta(request_id, req, frame, now)
-
-    def pipeline_delta_now(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None = None,
-                           output_token_ids: list[int] | None = None, stream_id: str | None = None) -> bytes | None:
-        """:meth:`pipeline_delta` for a caller that writes the frame at once, in the common case (an
-        open session, a running pipeline request, no action pending): the frame, stamped and
-        encoded, with no frame object and no action (this runs once per token). None, and nothing
-        done, otherwise: call :meth:`pipeline_delta`."""
-        req = self._requests.get(request_id)
-        if (req is None or req.state is not R.RUNNING or self.state is not S.OPEN or self._actions
-                or req.type not in sf.PIPELINE_KINDS):
-            return None
-        self._seq += 1
-        return sf.pipeline_delta_bytes(req.type, self._seq, req.event_id, request_id, payloads, stream_id,
-                                       checkpoint, output_token_ids)
+        return None
 
     def _delta(self, request_id: str, req: _Request | None, frame: sf.ServerFrame, now: float) -> None:
-        """A delta of ``req``. The common case, an open session and a running request, takes the
-        effect the table gives it (``_FAST_DELTA``) without the two lookups: this runs once per
-        token. Anything else goes through the table."""
-        if req is not None and req.state is R.RUNNING and self.state is S.OPEN:
+        """A delta of ``req``: in the common case, the effect the table gives it (``_DISPATCHING``,
+        ``_SENDING``) without the two lookups; anything else goes through the table."""
+        if req is not None and req.state is _SENDING and self.state is _DISPATCHING:
             self._do_send_delta(request_id, req, frame)
         else:
             self._work(request_id, E.DELTA, frame, now)

@@ -2,7 +2,7 @@
 as values (never changed once built). They are not ``frozen``: a delta frame is built once per
 token on the hot path, and a frozen dataclass pays an ``object.__setattr__`` per field.
 
-``seq`` is stamped at write time (:meth:`ServerFrame.stamped`, via ``Session.stamp``), so frames
+``seq`` is stamped at write time (:meth:`ServerFrame.encode`, via ``Session.stamp``), so frames
 coalesced while a client reads slowly still leave with strictly increasing ``seq``. Delta frames of
 one request merge with ``merge`` — concatenation in order, never reinterpretation. Clients decode
 frames with :func:`decode_server_frame`. Nothing here does I/O.
@@ -35,24 +35,46 @@ class ServerFrame:
         if seq is None:
             return orjson.dumps(self, option=orjson.OPT_NON_STR_KEYS)
         cls = type(self)
-        to_dict = _TO_DICT.get(cls) or _to_dict_of(cls)
-        return orjson.dumps(to_dict(self, seq), option=orjson.OPT_NON_STR_KEYS)
+        codec = _CODECS.get(cls) or _codec_of(cls)
+        return orjson.dumps(codec.to_dict(self, seq), option=orjson.OPT_NON_STR_KEYS)
 
 
-_TO_DICT: dict[type, Callable[[Any, int], dict[str, Any]]] = {}
+@dataclass(frozen=True, slots=True)
+class Codec:
+    """How one frame class encodes, generated once from its fields (:func:`_codec_of`): a frame
+    as a dict with ``seq`` set (``to_dict``), and the same JSON from the field values without a
+    frame object (``encode_fields(seq, *values)``, the values in field order after ``seq``: the
+    per-token path). Both come from one dict display, so they cannot differ."""
+
+    to_dict: Callable[[Any, int], dict[str, Any]]
+    encode_fields: Callable[..., bytes]
 
 
-def _to_dict_of(cls: type) -> Callable[[Any, int], dict[str, Any]]:
-    """A function giving a frame of ``cls`` as a dict with ``seq`` set: one dict display over the
-    class's fields, generated once per class (a loop over the fields with ``getattr`` costs about
-    three times as much, once per token)."""
-    names = [f.name for f in dataclasses.fields(cls) if f.name not in ("type", "seq")]
-    assert all(name.isidentifier() for name in names)
-    items = "".join(f", {name!r}: s.{name}" for name in names)
-    namespace: dict[str, Any] = {}
-    exec(f"def to_dict(s, seq):\n    return {{'type': s.type, 'seq': seq{items}}}", namespace)
-    fn = _TO_DICT[cls] = namespace["to_dict"]
-    return fn  # type: ignore[no-any-return]
+_CODECS: dict[type, Codec] = {}
+
+
+def codec(cls: type[ServerFrame]) -> Codec:
+    return _CODECS.get(cls) or _codec_of(cls)
+
+
+def _codec_of(cls: type) -> Codec:
+    """One dict display over the class's fields, compiled twice: reading a frame (``s.name``) and
+    taking the values as arguments (a loop over the fields with ``getattr`` costs about three
+    times as much, once per token)."""
+    fields = [f for f in dataclasses.fields(cls) if f.name not in ("type", "seq")]
+    names = [f.name for f in fields]
+    assert all(name.isidentifier() and not name.startswith("_") for name in names)
+    kind = next(f.default for f in dataclasses.fields(cls) if f.name == "type")
+
+    def display(value: Callable[[str], str], type_: str) -> str:
+        return "{'type': " + type_ + ", 'seq': seq" + "".join(f", {n!r}: {value(n)}" for n in names) + "}"
+
+    namespace: dict[str, Any] = {"_dumps": orjson.dumps, "_OPTION": orjson.OPT_NON_STR_KEYS}
+    exec(f"def to_dict(s, seq):\n    return {display(lambda n: 's.' + n, 's.type')}\n"
+         f"def encode_fields(seq, {', '.join(names)}):\n"
+         f"    return _dumps({display(lambda n: n, repr(kind))}, option=_OPTION)\n", namespace)
+    made = _CODECS[cls] = Codec(namespace["to_dict"], namespace["encode_fields"])
+    return made
 
 
 @dataclass(slots=True, kw_only=True)
@@ -282,24 +304,15 @@ def _merge_logprobs(a: dict[str, Any] | None, b: dict[str, Any] | None) -> dict[
     return {**a, "content": list(a.get("content") or []) + list(b.get("content") or [])}
 
 
-def pipeline_delta_bytes(kind: str, seq: int, event_id: str | None, request_id: str, payloads: list[dict[str, Any]],
-                         stream_id: str | None, checkpoint: str | None, output_token_ids: list[int] | None) -> bytes:
-    """What ``DELTA_FRAME_OF[kind](...).encode(seq)`` gives for a ``chat`` / ``completion`` /
-    ``messages`` request, without building the frame (the per-token path: held to the classes by
-    a test)."""
-    key = "events" if kind in ("messages", "response") else "chunks"
-    return orjson.dumps({"type": _DELTA_TYPE[kind], "seq": seq, "event_id": event_id, "id": request_id,
-                         "stream_id": stream_id, "checkpoint": checkpoint, "output_token_ids": output_token_ids,
-                         key: payloads}, option=orjson.OPT_NON_STR_KEYS)
-
-
 DELTA_FRAME_OF: dict[str, type[DeltaFrame]] = {
     "generate": GenerateDelta, "chat": ChatDelta, "completion": CompletionDelta, "messages": MessagesDelta,
     "response": ResponseDelta,
 }
-_DELTA_TYPE = {kind: next(f.default for f in dataclasses.fields(cls) if f.name == "type")  # "chat.delta", ...
-               for kind, cls in DELTA_FRAME_OF.items() if kind != "generate"}
-PIPELINE_KINDS = frozenset(_DELTA_TYPE)
+PIPELINE_KINDS = frozenset(kind for kind, cls in DELTA_FRAME_OF.items() if issubclass(cls, _PipelineDelta))
+# A pipeline delta's JSON from its values (``seq, event_id, id, stream_id, checkpoint, output_token_ids,
+# chunks | events``), without the frame object: its class's own codec (the per-token path).
+ENCODE_PIPELINE_DELTA: dict[str, Callable[..., bytes]] = {
+    kind: codec(DELTA_FRAME_OF[kind]).encode_fields for kind in PIPELINE_KINDS}
 DONE_FRAME_OF: dict[str, type[GenerateDone | ChatDone | CompletionDone | MessagesDone | ResponseDone]] = {
     "generate": GenerateDone, "chat": ChatDone, "completion": CompletionDone, "messages": MessagesDone,
     "response": ResponseDone,

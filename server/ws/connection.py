@@ -78,18 +78,20 @@ class _Report:
 
     def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
                        output_token_ids: list[int] | None, stream_id: str | None) -> None:
+        """Once per token: where the frame may leave at once (the tick's first, the transport
+        ready), the machine hands its bytes over and they go straight to the socket; otherwise
+        (later in the tick, backed up, closing, a batch client, no direct writer) the machine
+        queued it as an action, carried out as every frame is (:meth:`Connection._do`)."""
         conn = self._conn
         writer = conn._first_of_tick()
-        if writer is not None:  # the common case, once per token: straight from the machine to the socket
-            data = conn.session.pipeline_delta_now(request_id, payloads, checkpoint=checkpoint,
-                                                   output_token_ids=output_token_ids, stream_id=stream_id)
-            if data is not None:
-                conn._open_tick()
-                writer.write_one(data)
-                return
-        conn.session.pipeline_delta(request_id, payloads, now=conn._now(), checkpoint=checkpoint,
-                                    output_token_ids=output_token_ids, stream_id=stream_id)
-        conn.carry_out()
+        data = conn.session.pipeline_delta(request_id, payloads, now=conn._now(), checkpoint=checkpoint,
+                                           output_token_ids=output_token_ids, stream_id=stream_id,
+                                           at_once=writer is not None)
+        if data is not None and writer is not None:
+            conn._open_tick()
+            writer.write_one(data)
+        else:
+            conn.carry_out()
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None:
         self._conn.session.done(request_id, now=self._conn._now(), result=result, usage=usage)

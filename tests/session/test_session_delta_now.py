@@ -1,17 +1,19 @@
-"""``Session.pipeline_delta_now``: the per-token shortcut gives exactly the frame the table's path
-would send, stamped in the same ``seq`` order, and declines (doing nothing) whenever that path
-would do anything else."""
+"""``Session.pipeline_delta(..., at_once=True)``: the per-token shortcut gives exactly the frame the
+table's path would send, stamped in the same ``seq`` order, and where it cannot (any case but the
+common one) the delta goes through the table as if ``at_once`` were not asked."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import orjson
 import pytest
 
 from session import client_frames as f
+from session import server_frames as sf
 from session.actions import Send
-from session.machine import RequestState, Session, SessionConfig
+from session.machine import RequestState, Session, SessionConfig, SessionProtocolError
 
 CONFIG = SessionConfig(model="m", frames=frozenset(f.REQUEST_FRAME_TYPES))
 START: dict[str, Any] = {"chat": f.Chat, "completion": f.Completion, "messages": f.Messages}
@@ -26,7 +28,7 @@ def running(kind: str, *, event_id: str | None = "e1", rid: str = "r") -> Sessio
 
 
 def via_the_table(s: Session, payloads: list[dict[str, Any]], rid: str = "r", **extra: Any) -> bytes:
-    s.pipeline_delta(rid, payloads, now=1.0, **extra)
+    assert s.pipeline_delta(rid, payloads, now=1.0, **extra) is None
     [send] = s.actions()
     assert isinstance(send, Send)
     return s.stamp(send.frame)
@@ -41,7 +43,7 @@ def test_the_bytes_are_the_frame_the_table_would_send(kind: str, extra: dict[str
     fast, slow = running(kind, event_id=event_id, rid=rid), running(kind, event_id=event_id, rid=rid)
     for seq in range(1, 4):
         want = via_the_table(slow, payloads, rid, **extra)
-        got = fast.pipeline_delta_now(rid, payloads, **extra)
+        got = fast.pipeline_delta(rid, payloads, now=1.0, at_once=True, **extra)
         assert got == want
         assert fast.actions() == []
         frame = orjson.loads(got or b"null")
@@ -52,9 +54,9 @@ def test_the_bytes_are_the_frame_the_table_would_send(kind: str, extra: dict[str
 
 def test_seq_is_shared_with_the_frames_the_table_sends() -> None:
     s = running("chat")
-    seqs = [orjson.loads(s.pipeline_delta_now("r", [{"n": 1}]) or b"null")["seq"],
+    seqs = [orjson.loads(s.pipeline_delta("r", [{"n": 1}], now=1.0, at_once=True) or b"null")["seq"],
             orjson.loads(via_the_table(s, [{"n": 2}]))["seq"],
-            orjson.loads(s.pipeline_delta_now("r", [{"n": 3}]) or b"null")["seq"]]
+            orjson.loads(s.pipeline_delta("r", [{"n": 3}], now=1.0, at_once=True) or b"null")["seq"]]
     assert seqs == [1, 2, 3]
     assert s.last_seq == 3
 
@@ -86,10 +88,31 @@ def _generate() -> Session:
     return s
 
 
-@pytest.mark.parametrize("make", [_cancelling, _pending_actions, _closing, _generate, lambda: Session(CONFIG, now=0.0)],
-                         ids=["cancelling", "actions pending", "closing", "a generate request", "no such request"])
-def test_anything_but_the_common_case_is_declined_and_nothing_changes(make: Any) -> None:
-    s = make()
-    seq, actions_before = s.last_seq, list(s._actions)
-    assert s.pipeline_delta_now("r", [{"n": 1}]) is None
-    assert s.last_seq == seq and s._actions == actions_before
+@pytest.mark.parametrize("make", [_cancelling, _pending_actions, _closing, _generate],
+                         ids=["cancelling", "actions pending", "closing", "a generate request"])
+def test_anything_but_the_common_case_goes_through_the_table(make: Any) -> None:
+    asked, plain = make(), make()
+    try:
+        plain.pipeline_delta("r", [{"n": 1}], now=1.0)
+    except SessionProtocolError as exc:  # a generate request's pipeline delta: refused the same way
+        with pytest.raises(SessionProtocolError, match=str(exc)):
+            asked.pipeline_delta("r", [{"n": 1}], now=1.0, at_once=True)
+    else:
+        assert asked.pipeline_delta("r", [{"n": 1}], now=1.0, at_once=True) is None
+    assert asked.last_seq == plain.last_seq and asked.actions() == plain.actions()
+
+
+def test_a_delta_for_no_such_request_is_the_tables_illegal_transition_either_way() -> None:
+    for at_once in (False, True):
+        with pytest.raises(SessionProtocolError, match="illegal transition"):
+            Session(CONFIG, now=0.0).pipeline_delta("r", [{"n": 1}], now=1.0, at_once=at_once)
+
+
+def test_every_pipeline_kinds_fast_bytes_are_its_frame_classes_encoding() -> None:
+    """By construction (one codec per class, ``sf.codec``), checked here for every pipeline kind."""
+    values = ("e", "r", "chatcmpl-1", "ck.sig", [1, 2], [{"x": "é"}])
+    for kind in sf.PIPELINE_KINDS:
+        cls = sf.DELTA_FRAME_OF[kind]
+        names = [fl.name for fl in dataclasses.fields(cls) if fl.name not in ("type", "seq")]
+        frame = cls(**dict(zip(names, values, strict=True)))
+        assert sf.ENCODE_PIPELINE_DELTA[kind](7, *values) == frame.encode(7)

@@ -1,5 +1,5 @@
 """A session's pipeline deltas on the direct writer: a loop tick's first one leaves at once, straight
-from the machine (``Session.pipeline_delta_now``); later ones wait for the tick's end, and a backed-up
+from the machine (``Session.pipeline_delta`` with ``at_once``); later ones wait for the tick's end, and a backed-up
 transport or a batch client sends them through the machine's actions, with ``seq`` in write order
 and every chunk exactly once in every case."""
 
