@@ -17,7 +17,8 @@ import pytest
 from starlette.testclient import TestClient
 
 from server.app import create_app
-from server.cli import build_parser, settings_from_args
+from server.cli_flags import build_parser
+from server.cli_settings import settings_from_args
 from server.context import ServerContext, create_engine
 from server.gating import decide
 from server.responses_store import RedisStore, StoreUnavailable

@@ -32,7 +32,8 @@ from engine.interface import EngineOutput
 from engine.link import LinkEngine
 from engine.protocol import GenerateRequest
 from engine.remote import RemoteEngine
-from server.cli import build_parser, check_before_loading, settings_from_args
+from server.cli_flags import build_parser
+from server.cli_settings import check_before_loading, settings_from_args
 from server.context import create_engine
 from tests.support.http_answers import serve as serve_answers
 from tests.support.http_answers import stop_all

@@ -196,7 +196,7 @@ def test_a_kept_connection_the_engine_closed_is_replaced_without_failing_the_req
 @pytest.mark.parametrize("url", ["localhost:8000", "http://127.0.0.1:99999", "ftp://engine", "http://"])
 def test_an_engine_url_the_client_cannot_reach_is_refused_at_the_command_line(
         url: str, capsys: pytest.CaptureFixture[str]) -> None:
-    from server.cli import build_parser
+    from server.cli_flags import build_parser
 
     with pytest.raises(SystemExit) as info:
         build_parser().parse_args(["launch", "render", "model", "--engine-url", url])

@@ -12,7 +12,7 @@ import re
 import subprocess
 from pathlib import Path
 
-from server.cli import ENGINE_ENVIRONMENT, build_parser
+from server.cli_flags import ENGINE_ENVIRONMENT, build_parser
 
 ROOT = Path(__file__).resolve().parents[2]
 ENGINE_MD = ROOT / "docs" / "engine.md"

@@ -19,7 +19,7 @@ import pytest
 
 from server.app import WEBSOCKET_ROUTES, all_routes
 from server.auth import is_public
-from server.cli import build_parser
+from server.cli_flags import build_parser
 from server.gating import decide
 from server.settings import Mode
 

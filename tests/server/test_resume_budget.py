@@ -9,7 +9,8 @@ from typing import Any, cast
 
 import pytest
 
-from server.cli import build_parser, settings_from_args
+from server.cli_flags import build_parser
+from server.cli_settings import settings_from_args
 from server.context import ServerContext
 from server.gating import decide
 from server.pipeline import Pipeline

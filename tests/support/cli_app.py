@@ -2,8 +2,8 @@
 
 ``cli_client(["launch", "render", model_dir, "--state-secret", S], {"TOKENWIRE_API_KEY": K})`` parses
 the arguments with the CLI's own parser and turns them into settings and gating with the CLI's own
-functions (server/cli.py), then builds the context, the services and the app as server/runner.py
-does, and wraps it in Starlette's TestClient (its lifespan starts and stops the engine). What only a
+functions (server/cli_flags.py, server/cli_settings.py), then builds the context, the services and
+the app as server/runner.py does, and wraps it in Starlette's TestClient (its lifespan starts and stops the engine). What only a
 process has stays with the process ring (tests/e2e): the exit codes and start-up lines, uvicorn's
 socket-level behaviour (header timeouts, permessage-deflate, the access log), signals and
 ``--workers``, and the checks the CLI makes before loading (``check_before_loading``: flag rules
@@ -14,6 +14,7 @@ so the Host and Origin checks see what they see there."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from os import PathLike
@@ -22,7 +23,8 @@ from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
 from server.app import create_app
-from server.cli import build_parser, settings_from_args
+from server.cli_flags import build_parser
+from server.cli_settings import settings_from_args
 from server.context import build_context
 from server.gating import decide
 from server.services import build_services
@@ -46,3 +48,29 @@ def cli_client(argv: Sequence[str | PathLike[str]], environ: dict[str, str] | No
     """A started TestClient of :func:`cli_app` (its lifespan run: the engine started, then stopped)."""
     with TestClient(cli_app(argv, environ), base_url=BASE_URL) as client:
         yield client
+
+
+class _Lines(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))  # the CLI's format
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(self.format(record))
+
+
+@contextmanager
+def logged_lines() -> Iterator[list[str]]:
+    """The lines the process's log would hold for what is logged meanwhile: every record at INFO
+    (the CLI's ``--log-level`` default) or above, formatted as the CLI formats them (a traceback
+    included); the list fills as records come."""
+    handler, root = _Lines(), logging.getLogger()
+    level = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    try:
+        yield handler.lines
+    finally:
+        root.setLevel(level)
+        root.removeHandler(handler)

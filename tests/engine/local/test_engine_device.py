@@ -52,7 +52,8 @@ def test_the_start_up_line_names_where_the_count_came_from(monkeypatch: pytest.M
 
 
 def test_serve_num_threads_becomes_the_engine_variable(capsys: pytest.CaptureFixture[str]) -> None:
-    from server.cli import build_parser, num_threads_to_env
+    from server.cli_flags import build_parser
+    from server.cli_settings import num_threads_to_env
 
     environ = {"TOKENWIRE_NUM_THREADS": "1"}
     num_threads_to_env(build_parser().parse_args(["serve", "--num-threads", "2"]), environ)

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from server.assets import ASSETS
-from server.cli import auto_parsers, build_parser, main, model_chat_template
+from server.cli import main
+from server.cli_flags import build_parser
+from server.cli_parsers import auto_parsers, model_chat_template
 from session.parsers import REASONING_PARSERS, TOOL_PARSERS
 from session.parsers.auto import NoParserMatches, choose, resolve
 
