@@ -9,7 +9,6 @@ tests/app/test_misbehaving_engine.py holds the wider fault table over both engin
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import asset_path
-from tests.support.cli_app import cli_client
+from tests.support.cli_app import cli_client, logged_lines
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.session_frames import open_session
 from tests.support.waiting import wait_until
@@ -37,33 +36,14 @@ def engine(tokenizer: Callable[[str], Any]) -> Iterator[ScriptedEngine]:
         yield scripted
 
 
-class _Logged(logging.Handler):
-    """Every record logged while the module's app runs, formatted as the process would print it."""
-
-    def __init__(self) -> None:
-        super().__init__(logging.DEBUG)
-        self.setFormatter(logging.Formatter("%(levelname)s %(name)s: %(message)s"))
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(self.format(record))
+@pytest.fixture(scope="module")
+def logged() -> Iterator[list[str]]:
+    with logged_lines() as lines:
+        yield lines
 
 
 @pytest.fixture(scope="module")
-def logged() -> Iterator[_Logged]:
-    handler, root = _Logged(), logging.getLogger()
-    level = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)  # the CLI's --log-level default
-    try:
-        yield handler
-    finally:
-        root.setLevel(level)
-        root.removeHandler(handler)
-
-
-@pytest.fixture(scope="module")
-def render(engine: ScriptedEngine, logged: _Logged) -> Iterator[TestClient]:
+def render(engine: ScriptedEngine, logged: list[str]) -> Iterator[TestClient]:
     args = ["launch", "render", str(asset_path("qwen3")), "--engine-url", engine.url,
             "--engine-timeout", str(ENGINE_TIMEOUT)]
     with cli_client(args) as srv:
@@ -167,7 +147,7 @@ def test_an_unhealthy_remote_engine_shows_in_health(render: TestClient, fault: C
     assert render.get("/health").status_code == 200
 
 
-def test_after_the_faults_the_render_server_logged_no_traceback(render: TestClient, logged: _Logged) -> None:
+def test_after_the_faults_the_render_server_logged_no_traceback(render: TestClient, logged: list[str]) -> None:
     assert render.get("/health").status_code == 200  # still serving (the process form: still running)
-    output = "\n".join(logged.lines)
+    output = "\n".join(logged)
     assert "Traceback" not in output, output[-5000:]

@@ -9,7 +9,6 @@ and holds the start-up error of a chat template that does not compile).
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,7 +17,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tests.conftest import asset_path
-from tests.support.cli_app import cli_client
+from tests.support.cli_app import cli_client, torch_unimportable
 
 CHAT, COMPLETION, MESSAGES = "/v1/chat/completions/render", "/v1/completions/render", "/v1/messages/render"
 USER = [{"role": "user", "content": "hi"}]
@@ -27,10 +26,8 @@ TOOLS = [{"type": "function", "function": {"name": "f", "parameters": {"type": "
 
 @pytest.fixture(scope="module")
 def client() -> Iterator[TestClient]:
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setitem(sys.modules, "torch", None)  # `import torch` raises ImportError
-        with cli_client(["launch", "render", asset_path("qwen3"), "--max-model-len", "64"]) as c:
-            yield c
+    with torch_unimportable(), cli_client(["launch", "render", asset_path("qwen3"), "--max-model-len", "64"]) as c:
+        yield c
 
 
 def openai_error(r: httpx.Response, status: int) -> dict[str, Any]:

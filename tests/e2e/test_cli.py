@@ -193,6 +193,15 @@ def test_launch_render_serves_where_importing_torch_fails(asset: Callable[[str],
         assert httpx.get(srv.url + "/v1/models").json()["data"][0]["id"] == "qwen3"
         assert httpx.get(srv.url + "/version").status_code == 200
         assert "/health" in httpx.get(srv.url + "/openapi.json").json()["paths"]
+        # render and derender, which tests/app runs with torch unimportable in the test process
+        chat = {"messages": [{"role": "user", "content": "hi"}]}
+        rendered = httpx.post(srv.url + "/v1/chat/completions/render", json=chat, timeout=30)
+        assert rendered.status_code == 200 and rendered.json()["token_ids"], rendered.text
+        derendered = httpx.post(srv.url + "/v1/chat/completions/derender", timeout=30, json={
+            "chat_request": chat, "prompt_token_ids": rendered.json()["token_ids"],
+            "generate_response": {"request_id": "c", "choices": [{"index": 0, "finish_reason": "length",
+                                                                  "token_ids": [9707]}]}})
+        assert derendered.status_code == 200, derendered.text
         assert "torch must not be imported" not in srv.output()
         # transformers' import-time advice ("PyTorch was not found…") is not shown: torch is kept out on purpose
         assert "[transformers]" not in srv.output() and "PyTorch" not in srv.output()

@@ -15,10 +15,12 @@ so the Host and Origin checks see what they see there."""
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from os import PathLike
 
+import pytest
 from starlette.applications import Starlette
 from starlette.testclient import TestClient
 
@@ -74,3 +76,17 @@ def logged_lines() -> Iterator[list[str]]:
     finally:
         root.setLevel(level)
         root.removeHandler(handler)
+
+
+@contextmanager
+def torch_unimportable() -> Iterator[None]:
+    """``import torch`` raises ImportError meanwhile, as in a process started with
+    ``sys.modules['torch'] = None``: what runs meanwhile must not import it. transformers is loaded
+    first, so that it keeps what it found at import for the rest of the test process (torch, where
+    installed); the process form of this, a ``launch render`` where importing torch fails, is
+    tests/e2e/test_cli.py."""
+    import transformers.models.auto.tokenization_auto  # noqa: F401
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setitem(sys.modules, "torch", None)
+        yield

@@ -1,6 +1,8 @@
-"""Client-carried derender state across real server processes.
+"""Client-carried derender state across replicas: the apps of ``tokenwire launch render`` command
+lines, each built in process (tests/support/cli_app.py) with its own services and state codec, as
+each process builds its own, with ``torch`` unimportable while they run.
 
-Two ``tokenwire launch render`` processes share ``--state-secret``; a third has its own (random)
+Two ``tokenwire launch render`` apps share ``--state-secret``; a third has its own (random)
 secret. A streaming derender started on one continues on the other, switching in the middle of a
 tool call, and the result equals a stream on one process and the one-shot derender. The third
 process refuses the state, and says it was signed with another key. A fourth is the first two
@@ -11,18 +13,16 @@ alternates between it and a replica still on the old secret alone.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
-from pathlib import Path
+from contextlib import ExitStack
 from typing import Any
 
 import httpx
 import pytest
 
-from tests.support.server_proc import ServerProcess
-
-pytestmark = pytest.mark.slow
+from tests.conftest import asset_path
+from tests.support.cli_app import cli_client, logged_lines, torch_unimportable
 
 CHAT = "/v1/chat/completions/derender"
-NO_TORCH = "import sys\nsys.modules['torch'] = None\n"
 WEATHER = {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object"}}}
 CHAT_REQUEST = {"model": "qwen3", "messages": [{"role": "user", "content": "Weather in Paris and Tōkyō?"}],
                 "tools": [WEATHER], "stream": True, "stop": ["<|fin|>"]}
@@ -41,14 +41,21 @@ NEW = "rotated-secret-9876543210-zyxwvutsrqponmlkjihgfedcba"
 
 
 @pytest.fixture(scope="module")
-def servers(asset: Callable[[str], Path]) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess]]:
-    model = str(asset("qwen3"))
-    with ServerProcess(["launch", "render", model, *_args(OLD)], preamble=NO_TORCH) as a, \
-            ServerProcess(["launch", "render", model, *_args(OLD)], preamble=NO_TORCH) as b, \
-            ServerProcess(["launch", "render", model, *_args(None)], preamble=NO_TORCH) as c, \
-            httpx.Client(base_url=a.url, timeout=30) as ca, httpx.Client(base_url=b.url, timeout=30) as cb, \
-            httpx.Client(base_url=c.url, timeout=30) as cc:
-        yield ca, cb, cc, c
+def no_torch() -> Iterator[None]:
+    with torch_unimportable():
+        yield
+
+
+@pytest.fixture(scope="module")
+def servers(no_torch: None) -> Iterator[tuple[httpx.Client, httpx.Client, httpx.Client, list[str]]]:
+    """Replicas a and b (the same secret), c (none: a random one) and what c logged as it started."""
+    model = str(asset_path("qwen3"))
+    with ExitStack() as apps:
+        ca = apps.enter_context(cli_client(["launch", "render", model, *_args(OLD)]))
+        cb = apps.enter_context(cli_client(["launch", "render", model, *_args(OLD)]))
+        with logged_lines() as c_output:  # what c logs as it starts, and only that
+            cc = apps.enter_context(cli_client(["launch", "render", model, *_args(None)]))
+        yield ca, cb, cc, list(c_output)
 
 
 @pytest.fixture(scope="module")
@@ -87,7 +94,7 @@ def _deltas(chunks: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def test_a_stream_continues_on_another_replica_mid_tool_call_with_identical_output(
-        servers: tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess], ids: dict[str, list[int]]) -> None:
+        servers: tuple[httpx.Client, httpx.Client, httpx.Client, list[str]], ids: dict[str, list[int]]) -> None:
     a, b, _, _ = servers
     alone = _stream(lambda k, args: a, ids)
     # switch replica inside the first tool call's arguments, then on every call
@@ -113,22 +120,22 @@ def test_a_stream_continues_on_another_replica_mid_tool_call_with_identical_outp
 
 
 def test_a_replica_with_another_secret_refuses_the_state_and_warned_at_startup(
-        servers: tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess], ids: dict[str, list[int]]) -> None:
-    a, _, c, c_proc = servers
+        servers: tuple[httpx.Client, httpx.Client, httpx.Client, list[str]], ids: dict[str, list[int]]) -> None:
+    a, _, c, c_output = servers
     state = _step(a, ids, None, ids["output"][:4], None).json()["stream_state"]
     r = _step(c, ids, state, ids["output"][4:8], None)
     assert r.status_code == 400
     err = r.json()["error"]
     assert err["param"] == "stream_state"
     assert "--state-secret" in err["message"]
-    assert "random per-process secret" in c_proc.output()
+    assert "random per-process secret" in "\n".join(c_output)
 
 
 @pytest.fixture(scope="module")
-def rotated(asset: Callable[[str], Path]) -> Iterator[httpx.Client]:
+def rotated(no_torch: None) -> Iterator[httpx.Client]:
     """A replica restarted with the new secret first and the old one second (issue 23 item 3)."""
-    args = ["launch", "render", str(asset("qwen3")), *_args(NEW), "--state-secret", OLD]
-    with ServerProcess(args, preamble=NO_TORCH) as d, httpx.Client(base_url=d.url, timeout=30) as cd:
+    args = ["launch", "render", str(asset_path("qwen3")), *_args(NEW), "--state-secret", OLD]
+    with cli_client(args) as cd:
         yield cd
 
 
@@ -137,7 +144,7 @@ def _key_id(state: str) -> str:
 
 
 def test_a_rolling_secret_rotation_keeps_streams_going_across_old_and_rotated_replicas(
-        servers: tuple[httpx.Client, httpx.Client, httpx.Client, ServerProcess], rotated: httpx.Client,
+        servers: tuple[httpx.Client, httpx.Client, httpx.Client, list[str]], rotated: httpx.Client,
         ids: dict[str, list[int]]) -> None:
     old, _, _, _ = servers  # a replica not restarted yet: OLD alone
     alone = _stream(lambda k, args: old, ids)
