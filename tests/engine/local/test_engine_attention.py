@@ -187,6 +187,23 @@ def test_the_kernel_is_built_once_per_cache_and_a_failed_build_says_why(tmp_path
     assert not (tmp_path / "other" / "kernels").exists() or not any((tmp_path / "other" / "kernels").iterdir())
 
 
+def test_the_install_step_builds_the_library_the_engine_then_loads_without_a_compiler(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    installed = tmp_path / "venv" / "share" / "tokenwire" / "kernels"
+    monkeypatch.setattr(native, "INSTALLED", installed)
+    assert native.main(["build"]) == 0  # python -m engine.local.native build (scripts/install.sh)
+    (built,) = installed.iterdir()
+    assert str(built) in capsys.readouterr().out
+    monkeypatch.setenv("CC", "tokenwire-no-such-compiler")
+    loaded = native.load(tmp_path / "cache", installed=installed)
+    assert loaded.library is not None and loaded.library.path == built and loaded.detail.startswith("installed, ")
+    assert not (tmp_path / "cache" / "kernels").exists()  # nothing built at first use
+    assert native.main(["build"]) == 0  # already there: found, not rebuilt
+    assert native.main(["build", "now"]) == 2
+    monkeypatch.setattr(native, "INSTALLED", tmp_path / "other" / "kernels")
+    assert native.main(["build"]) == 1 and "no C compiler" in capsys.readouterr().err
+
+
 def test_an_additive_mask_is_the_same_as_a_boolean_one() -> None:
     q, k, v, mask = _case(4, 50, ragged=True, seed=9)
     assert mask is not None
@@ -245,6 +262,7 @@ def test_the_setting_chooses_the_path_and_a_bad_value_is_named(monkeypatch: pyte
     assert attention.mode() == "native" and attention.register() == attention.NAME
     assert attention.decode_kernel(attention.NAME).startswith("native fp32 (built by ")  # not installed: built
     assert os.listdir(tmp_path / "kernels")
+    assert native.describe().startswith(f"{tmp_path / 'kernels'}/tokenwire-")  # /engine/stats' native_kernels
     monkeypatch.setenv("TOKENWIRE_DECODE_ATTENTION", "grouped")
     assert attention.register() == attention.GROUPED
     assert attention.decode_kernel(attention.GROUPED) == "grouped fp32 (TOKENWIRE_DECODE_ATTENTION=grouped)"
