@@ -111,7 +111,7 @@ def test_every_environment_variable_the_engine_reads_is_in_the_table() -> None:
     names = _table_names(_section(ENGINE_MD.read_text(), "Flags and environment variables"))
     documented = {n for n in names if re.fullmatch(r"[A-Z][A-Z0-9_]+", n)}
     assert sorted(engine_environment() - documented) == []
-    cli = (ROOT / "server" / "cli.py").read_text()
+    cli = "\n".join(p.read_text() for p in sorted((ROOT / "server").glob("cli*.py")))  # the command line
     code = "\n".join(p.read_text() for p in _engine_sources()) + cli
     assert sorted(n for n in documented if not re.search(rf"\b{n}\b", code)) == []
 
