@@ -33,10 +33,11 @@ from engine.interface import Engine, EngineHealth, EngineStream
 from engine.local import native
 from engine.local.device import resolve_dtype, resolve_prefix_cache_mb, threads_choice
 from engine.local.grammar import Grammars
+from engine.local.model_files import read_limits
 from engine.local.omp import wait_policy
 from engine.local.params import ModelLimits, resolve
 from engine.local.prefix import PrefixCache
-from engine.local.runner import ModelRunner, read_limits
+from engine.local.runner import ModelRunner
 from engine.local.sampling import Sampled, SampleRow, sample
 from engine.local.scheduler import Overloaded, RequestGroup, Scheduler
 from engine.local.scheduler import Sequence as Seq

@@ -1,14 +1,15 @@
 """The model side of the local engine: load a transformers causal LM (or a Qwen2-VL image-text model)
 and run batched prefill and decode forwards on the engine thread, through the model's own SDPA path
 and :class:`engine.local.kv.StepCache`; :meth:`ModelRunner.load` refuses architectures that cannot
-run that way. The two forwards and their masks: docs/engine-design.md, "Scheduler and continuous batching".
+run that way. The forwards' inputs and masks are built by engine/local/step_inputs.py; what is read
+of the model directory before loading, by engine/local/model_files.py. The two forwards and their
+masks: docs/engine-design.md, "Scheduler and continuous batching".
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import logging
 import time
 from collections.abc import Callable
@@ -21,9 +22,9 @@ from engine.errors import EngineUnavailable
 from engine.local import attention, lean_decode, vision
 from engine.local.kv import KVStore, StepCache, WritePlan
 from engine.local.packed import children, pack_linears
-from engine.local.params import XGRAMMAR_MISSING, ModelLimits
 from engine.local.prefix import PrefixCache
 from engine.local.scheduler import KVOp, PrefillChunk, Sequence
+from engine.local.step_inputs import decode_inputs, layer_masks, prefill_inputs
 from engine.local.threads import ThreadPlan
 from engine.local.vision import VisionPrompt, VisionSpec
 
@@ -338,23 +339,8 @@ class ModelRunner:
         return self.lean.replay(chunk.seq.prompt[chunk.start:end], chunk.start, chunk.seq.row, self.kv)
 
     def _prefill(self, chunks: list[PrefillChunk]) -> torch.Tensor:
-        first = chunks[0].seq.row
-        rows = [c.seq.row for c in chunks]
-        if rows != list(range(first, first + len(chunks))):
-            raise AssertionError(f"prefill rows not consecutive: {rows}")
-        width = max(c.count for c in chunks)
-        kv_len = max(c.start + c.count for c in chunks)
-        self.reserve(first + len(chunks), kv_len)
-        ids = torch.zeros((len(chunks), width), dtype=torch.long)
-        pos = torch.empty((len(chunks), width), dtype=torch.long)
-        q = torch.arange(width)
-        for i, c in enumerate(chunks):
-            pad = width - c.count
-            ids[i, pad:] = torch.tensor(c.seq.prompt[c.start:c.start + c.count])
-            pos[i] = c.start + (q - pad).clamp(min=0)
-        plain = len(chunks) == 1 and chunks[0].start == 0 and not self._window_bites(kv_len)
-        mask = None if plain else (torch.arange(kv_len)[None, None, :] <= pos[:, :, None])[:, None]
-        plan = WritePlan(first, [c.start for c in chunks], [c.count for c in chunks], kv_len)
+        ids, pos, mask, plan = prefill_inputs(chunks, self.sliding_window)
+        self.reserve(plan.first_row + len(chunks), plan.kv_len)
         images = [(i, c, c.seq.group.mm) for i, c in enumerate(chunks) if c.seq.group.mm is not None]
         if not images:
             return self._forward(ids, pos, mask, plan)
@@ -408,22 +394,9 @@ class ModelRunner:
         return self._forward(ids, pos[:, None], mask, plan, rope=rope)
 
     def _decode_inputs(self, positions: list[int]) -> tuple[torch.Tensor, torch.Tensor | None, WritePlan]:
-        """A decode step's positions tensor, its mask (None when every row is at the same
-        position and no sliding window bites) and its KV write plan; reserves the KV room."""
-        kv_len = max(positions) + 1
-        self.reserve(len(positions), kv_len)
-        pos = torch.tensor(positions)
-        same = min(positions) == kv_len - 1
-        mask = None
-        if not same or self._window_bites(kv_len):
-            mask = (torch.arange(kv_len)[None, :] <= pos[:, None])[:, None, None, :]
-        plan = WritePlan(0, positions, [1] * len(positions), kv_len, positions=pos,
-                         rows=None if same else torch.arange(len(positions)),
-                         same_position=kv_len - 1 if same else None)
-        return pos, mask, plan
-
-    def _window_bites(self, kv_len: int) -> bool:
-        return self.sliding_window is not None and kv_len > self.sliding_window
+        """A decode step's inputs (:func:`~engine.local.step_inputs.decode_inputs`); reserves the KV room."""
+        self.reserve(len(positions), max(positions) + 1)
+        return decode_inputs(positions, self.sliding_window)
 
     def _forward(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor | None, plan: WritePlan, *,
                  embeds: torch.Tensor | None = None, rope: torch.Tensor | None = None) -> torch.Tensor:
@@ -432,20 +405,12 @@ class ModelRunner:
         assert self.kv is not None
         attention: Any = mask
         if self.sliding_window is not None:
-            attention = self._layer_masks(mask, pos, plan.kv_len)
+            attention = layer_masks(mask, pos, plan.kv_len, self.sliding_window)
         tokens = {"input_ids": ids} if embeds is None else {"inputs_embeds": embeds}
         out = self.model(**tokens, position_ids=pos if rope is None else rope, attention_mask=attention,
                          past_key_values=StepCache(self.kv, plan), use_cache=True, logits_to_keep=1)
         logits: torch.Tensor = out.logits[:, -1, :]
         return logits
-
-    def _layer_masks(self, mask: torch.Tensor | None, pos: torch.Tensor, kv_len: int) -> Any:
-        if mask is None:
-            return None
-        assert self.sliding_window is not None
-        t = torch.arange(kv_len)
-        window = t[None, None, :] > (pos[:, :, None] - self.sliding_window)
-        return {"full_attention": mask, "sliding_attention": mask & window[:, None]}
 
 
 def _measured(plan: ThreadPlan, call: Callable[[Any], torch.Tensor], arg: Any) -> torch.Tensor:
@@ -477,51 +442,3 @@ GRAIN = 32768  # torch's parallel grain (at::internal::GRAIN_SIZE): smaller elem
 def _malloc_trim() -> None:
     with contextlib.suppress(OSError, AttributeError):  # not glibc: nothing to do
         ctypes.CDLL("libc.so.6").malloc_trim(0)
-
-
-def read_limits(model_dir: Path, max_model_len: int, *, max_n: int) -> ModelLimits:
-    """Vocabulary size and eos ids from ``config.json`` / ``generation_config.json`` (no torch
-    work; used before the weights are loaded so requests can be validated at once)."""
-    config = _read_json(model_dir / "config.json")
-    nested = config.get("text_config")
-    text: dict[str, Any] = nested if isinstance(nested, dict) else {}
-    vocab = config.get("vocab_size") or text.get("vocab_size")
-    if not isinstance(vocab, int) or vocab <= 0:
-        raise EngineUnavailable(f"cannot serve {model_dir}: no vocab_size in its config.json "
-                                f"(is it a Hugging Face causal-LM directory?)")
-    primary = _ids(config.get("eos_token_id", text.get("eos_token_id")))
-    gen = _ids(_read_json(model_dir / "generation_config.json").get("eos_token_id"))
-    eos = primary[0] if primary else None
-    extra = frozenset((set(primary) | set(gen)) - ({eos} if eos is not None else set()))
-    return ModelLimits(vocab_size=vocab, max_model_len=max_model_len, eos_token_id=eos,
-                       extra_eos_ids=extra, max_n=max_n, no_structured_outputs=structured_outputs_missing())
-
-
-def structured_outputs_missing() -> str | None:
-    """Import xgrammar once at startup (about 0.1 s with torch loaded): None when it works, else
-    the message every structured-output request is refused with (and one warning line in the log),
-    so a server installed without it answers 400s that say how to install it, never a 500."""
-    try:
-        import xgrammar  # noqa: F401
-    except Exception as exc:  # ImportError, or a broken native library (OSError…)
-        log.warning("structured outputs are unavailable: cannot import xgrammar (%s: %s); requests that "
-                    "ask for them get a 400. Install with: pip install 'tokenwire[engine]'",
-                    type(exc).__name__, exc)
-        return XGRAMMAR_MISSING
-    return None
-
-
-def _read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return {}
-    return data if isinstance(data, dict) else {}
-
-
-def _ids(value: object) -> list[int]:
-    if isinstance(value, int):
-        return [value]
-    if isinstance(value, list):
-        return [v for v in value if isinstance(v, int)]
-    return []

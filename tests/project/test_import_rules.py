@@ -118,8 +118,9 @@ def test_importing_client_sdk_loads_neither_torch_nor_transformers() -> None:
 # engine/local modules that need no torch (engine.local.__init__ loads LocalEngine lazily), and the
 # unit test modules that exercise them: both must import where torch cannot be imported.
 TORCH_FREE_ENGINE_MODULES = ("engine.local", "engine.local.scheduler", "engine.local.params",
-                             "engine.local.prefix", "engine.local.step", "engine.local.structured_closing",
-                             "engine.local.grammar_bound", "engine.local.grammar_worker", "engine.outbox")
+                             "engine.local.model_files", "engine.local.prefix", "engine.local.step",
+                             "engine.local.structured_closing", "engine.local.grammar_bound",
+                             "engine.local.grammar_worker", "engine.outbox")
 TORCH_FREE_TESTS = ("tests.engine.local.test_engine_scheduler", "tests.engine.local.test_engine_params",
                     "tests.engine.test_engine_outbox", "tests.engine.test_engine_stream")
 
