@@ -17,7 +17,7 @@ the derender routes are served, else noted at INFO when a resumable stream first
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from starlette.requests import HTTPConnection
 
@@ -33,6 +33,7 @@ from server.responses_store import store_from
 from server.routing import Route
 from server.settings import package_version
 from server.shutdown import Drain
+from server.ws.end_of_tick import EndOfTick
 from server.ws.stages import PipelineStages
 from server.ws.work import Stages
 from session.derender import DerenderService, resolve_parsers
@@ -62,6 +63,7 @@ class Services:
     limiter: Limiter
     drain: Drain
     responses: ResponsesService  # the Responses API, over the pipeline (its store: --responses-store)
+    ws_ticks: EndOfTick = field(default_factory=EndOfTick)  # the WebSocket sessions' end-of-tick flushes
 
 
 def build_services(ctx: ServerContext) -> Services:

@@ -23,6 +23,7 @@ from server import metrics
 from server.errors import to_api_error
 from server.limits import Limiter, admitted, resume_weight
 from server.shutdown import Drain
+from server.ws.end_of_tick import EndOfTick
 from server.ws.send_queue import SendQueue
 from server.ws.transport import FrameWriter
 from server.ws.work import Stages, run
@@ -98,33 +99,18 @@ class _Report:
         self._conn.carry_out()
 
 
-_open_ticks: dict[asyncio.AbstractEventLoop, list[Connection]] = {}  # sessions that sent this tick, per loop
-
-
-def _end_of_tick(conn: Connection, loop: asyncio.AbstractEventLoop) -> None:
-    """Have ``conn._flush`` run at the end of this loop tick: one callback for all such sessions."""
-    conns = _open_ticks.get(loop)
-    if conns is None:
-        conns = _open_ticks[loop] = []
-        loop.call_soon(_flush_ticks, loop)
-    conns.append(conn)
-
-
-def _flush_ticks(loop: asyncio.AbstractEventLoop) -> None:
-    for conn in _open_ticks.pop(loop, ()):
-        conn._flush()
-
-
 class Connection:
     def __init__(self, websocket: WebSocket, session: Session, stages: Stages, *,
                  send_queue_capacity: int = 256, shutdown: Drain | None = None,
                  limits: tuple[Limiter, str] | None = None, batch: bool = False,
-                 direct: FrameWriter | None = None) -> None:
+                 direct: FrameWriter | None = None, ticks: EndOfTick | None = None) -> None:
         self.websocket = websocket
         self.batch = batch  # the client takes ``batch`` frames
         self.direct = direct  # writes frames to the transport itself (None: through ASGI)
         self._tick: list[ServerFrame] = []  # frames ready this loop tick, for ``_flush``
         self._tick_open = False  # this tick has a frame (``_open_tick``); ``_flush`` is scheduled
+        # where ``_flush`` is scheduled: the endpoint's, shared by its sessions (None: this session's own)
+        self._ticks = ticks or EndOfTick()
         self._now = anyio.current_time  # the clock (``run`` binds the loop's own)
         self._loop: asyncio.AbstractEventLoop  # the loop ``run`` runs on
         self.session = session
@@ -204,7 +190,7 @@ class Connection:
         """This tick has written (or, for a batch client, queued) a frame: later ones wait for the
         tick's end, where ``_flush`` writes them (one callback per tick for every such session)."""
         self._tick_open = True
-        _end_of_tick(self, self._loop)
+        self._ticks.add(self._flush, self._loop)
 
     def _internal_error(self, exc: BaseException) -> None:
         log.error("WebSocket session %s failed; closing with 1011", self.session.session_id, exc_info=exc)

@@ -54,7 +54,7 @@ async def session_endpoint(websocket: WebSocket) -> None:
         batch = BATCH_SUBPROTOCOL in (websocket.scope.get("subprotocols") or ())
         await Connection(websocket, session, services.stages, shutdown=services.drain,
                          limits=(services.limiter, key), batch=batch,
-                         direct=frame_writer(websocket.scope)).run()
+                         direct=frame_writer(websocket.scope), ticks=services.ws_ticks).run()
     finally:
         metrics.session_closed()
 
