@@ -22,6 +22,8 @@ from tests.support.scripted_engine import ScriptedEngine
 from tests.support.session_frames import open_session
 from tests.support.waiting import wait_until
 
+pytestmark = pytest.mark.slow  # ~30 s, most of it the --engine-timeout of 2 s waited out: not the fast loop
+
 ENGINE_TIMEOUT = 2  # seconds (--engine-timeout)
 TEXT = "The weather in Paris is sunny and warm today, with a light breeze."
 CHAT = {"messages": [{"role": "user", "content": "Weather in Paris?"}], "max_tokens": 64}

@@ -26,6 +26,8 @@ from tests.e2e.client_support import serve_args
 from tests.support.cli_app import cli_client
 from tests.support.session_frames import SessionFrames, open_session
 
+pytestmark = pytest.mark.slow  # the local engine on tiny-qwen3 (model loading): not the fast loop
+
 USER = [{"role": "user", "content": "Count to ten."}]
 FINAL = {"chat.done", "error"}
 

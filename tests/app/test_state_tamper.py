@@ -186,6 +186,7 @@ def run_chat(ws: SessionFrames, rid: str, chat: dict[str, Any], **extra: Any) ->
                 return frames
 
 
+@pytest.mark.slow  # the local engine on tiny-qwen3 (model loading): not the fast loop
 def test_a_tampered_resume_checkpoint_is_refused_and_the_real_one_resumes(
         engine_server: TestClient, tokenizer: Callable[[str], Any]) -> None:
     tok = tokenizer("qwen3")
