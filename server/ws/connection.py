@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -22,6 +23,7 @@ from engine.errors import EngineProtocolError, EngineShutDown
 from server import metrics
 from server.errors import to_api_error
 from server.limits import Limiter, admitted, resume_weight
+from server.pipeline.stream import StreamEvent
 from server.shutdown import Drain
 from server.ws.end_of_tick import EndOfTick
 from server.ws.send_queue import SendQueue
@@ -77,22 +79,32 @@ class _Report:
         self._conn.session.generate_delta(request_id, chunk, now=self._conn._now())
         self._conn.carry_out()
 
-    def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
-                       output_token_ids: list[int] | None, stream_id: str | None) -> None:
-        """Once per token: where the frame may leave at once (the tick's first, the transport
-        ready), the machine hands its bytes over and they go straight to the socket; otherwise
-        (later in the tick, backed up, closing, a batch client, no direct writer) the machine
-        queued it as an action, carried out as every frame is (:meth:`Connection._do`)."""
+    def pipeline_events(self, request_id: str, *, resumable: bool) -> Callable[[list[StreamEvent]], None]:
+        """The WebSocket per-token function of one pipeline request: each event becomes a delta
+        frame. Where it may leave at once (the tick's first frame, to a client that takes single
+        frames, the transport ready, the session not closing), the machine hands its bytes over and
+        they go straight to the socket; otherwise (later in the tick, backed up, closing, a batch
+        client, no direct writer) the machine queued it as an action, carried out as every frame
+        is (:meth:`Connection._do`: the tick's end, or the send queue)."""
         conn = self._conn
-        writer = conn._first_of_tick()
-        data = conn.session.pipeline_delta(request_id, payloads, now=conn._now(), checkpoint=checkpoint,
-                                           output_token_ids=output_token_ids, stream_id=stream_id,
-                                           at_once=writer is not None)
-        if data is not None and writer is not None:
-            conn._open_tick()
-            writer.write_one(data)
-        else:
-            conn.carry_out()
+        session, now = conn.session, conn._now
+
+        def send(events: list[StreamEvent]) -> None:
+            for event in events:
+                writer = conn._first_of_tick()
+                if resumable:
+                    data = session.pipeline_delta(request_id, [event.payload], now=now(), checkpoint=event.checkpoint,
+                                                  output_token_ids=list(event.output_token_ids),
+                                                  stream_id=event.stream_id, at_once=writer is not None)
+                else:
+                    data = session.pipeline_delta(request_id, [event.payload], now=now(), at_once=writer is not None)
+                if data is not None and writer is not None:
+                    conn._open_tick()
+                    writer.write_one(data)
+                else:
+                    conn.carry_out()
+
+        return send
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None:
         self._conn.session.done(request_id, now=self._conn._now(), result=result, usage=usage)

@@ -72,8 +72,10 @@ class Reporter(Protocol):
 
     def generate_delta(self, request_id: str, chunk: dict[str, Any]) -> None: ...
 
-    def pipeline_delta(self, request_id: str, payloads: list[dict[str, Any]], *, checkpoint: str | None,
-                       output_token_ids: list[int] | None, stream_id: str | None) -> None: ...
+    def pipeline_events(self, request_id: str, *, resumable: bool) -> Callable[[list[StreamEvent]], None]:
+        """The function that sends a pipeline request's events as its delta frames (once per token);
+        ``resumable``: with their checkpoints, output ids and stream id."""
+        ...
 
     def done(self, request_id: str, *, result: Any = None, usage: dict[str, Any] | None = None) -> None: ...
 
@@ -117,18 +119,8 @@ async def _pipeline(start: StartPipeline, pipeline: Stages, report: Reporter) ->
     kind = start.kind
     assert kind != "response", "a response frame runs _response"
     stream = pipeline.stream(kind, start.body, resume=start.resume, checkpoints=start.checkpoints)
-    request_id, delta, resumable = start.id, report.pipeline_delta, start.checkpoints
-
-    def deliver(events: list[StreamEvent]) -> None:  # once per token
-        for event in events:
-            if resumable:
-                delta(request_id, [event.payload], checkpoint=event.checkpoint,
-                      output_token_ids=list(event.output_token_ids), stream_id=event.stream_id)
-            else:
-                delta(request_id, [event.payload], checkpoint=None, output_token_ids=None, stream_id=None)
-
     try:
-        await stream.listen(deliver)
+        await stream.listen(report.pipeline_events(start.id, resumable=start.checkpoints))
     finally:
         await stream.aclose()  # aborts what the engine has not finished (a stop string, a cancel)
     report.done(start.id)
@@ -139,9 +131,10 @@ async def _response(start: StartPipeline, pipeline: Stages, report: Reporter) ->
     WebSocket mode read), one per delta; closing them aborts the engine work."""
     opened = await pipeline.open_response(start.body)
     events = opened.events()
+    send = report.pipeline_events(start.id, resumable=False)
     try:
         async for event in events:
-            report.pipeline_delta(start.id, [event], checkpoint=None, output_token_ids=None, stream_id=None)
+            send([StreamEvent(event)])
     finally:
         with anyio.CancelScope(shield=True):  # a cancel: still abort the engine work and settle the store
             await events.aclose()  # type: ignore[attr-defined]

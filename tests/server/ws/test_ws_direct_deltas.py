@@ -10,6 +10,7 @@ from typing import Any
 
 import orjson
 
+from server.pipeline.stream import StreamEvent
 from server.ws.connection import Connection
 from server.ws.transport import text_frame
 from session import client_frames as f
@@ -69,7 +70,7 @@ async def _connection(*, batch: bool = False) -> tuple[Connection, RecordingWrit
 
 
 def _delta(conn: Connection, n: int) -> None:
-    conn._report.pipeline_delta("r", [{"n": n}], checkpoint=None, output_token_ids=None, stream_id=None)
+    conn._report.pipeline_events("r", resumable=False)([StreamEvent({"n": n})])
 
 
 def _chunks(messages: list[dict[str, Any]]) -> list[int]:
