@@ -310,13 +310,8 @@ class Connection:
             self._tick += frames
             self._flush()
             return bool(frames)
-        if not self.batch:
-            frames = self.send_queue.take()
-            for frame in frames:
-                await self._send(frame)
-            return bool(frames)
-        pending: list[ServerFrame] = []
-        while frames := self.send_queue.take():
+        pending = self.send_queue.take()  # through ASGI: what is next, or, to a batch client, all of it
+        while self.batch and (frames := self.send_queue.take()):
             pending += frames
         for message in self._messages(pending):
             await self.websocket.send_text(message.decode())
@@ -334,9 +329,6 @@ class Connection:
         if isinstance(frame, ErrorFrame):
             metrics.error(frame.error["code"], "ws")
         return self.session.stamp(frame)
-
-    async def _send(self, frame: ServerFrame) -> None:
-        await self.websocket.send_text(self._encode(frame).decode())
 
     async def _timer(self) -> None:
         while self.session.state is SessionState.OPEN:
