@@ -14,7 +14,7 @@ import pytest
 
 from engine.local import native
 
-TASK = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64)
+TASK = native.TASK
 
 
 def _build(tmp_path: Path, *extra: str) -> ctypes.CDLL:
@@ -23,12 +23,7 @@ def _build(tmp_path: Path, *extra: str) -> ctypes.CDLL:
         pytest.skip("no C compiler")
     target = tmp_path / "pool.so"
     native.build(target, compiler, (*native.FLAGS, *extra))
-    lib = ctypes.CDLL(str(target))
-    lib.tw_pool_run.argtypes = [ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, TASK, ctypes.c_void_p]
-    lib.tw_pool_run.restype = None
-    lib.tw_pool_spin.argtypes = [ctypes.c_int64]
-    lib.tw_pool_threads.restype = ctypes.c_int64
-    return lib
+    return native.bind(target)  # typed as native.PROTOTYPES (held to the headers by test_engine_native_binding)
 
 
 @pytest.fixture(scope="module")
