@@ -29,7 +29,6 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from starlette.testclient import TestClient
 
@@ -39,6 +38,7 @@ from server.context import ServerContext, create_engine
 from server.gating import decide
 from server.settings import Mode, Settings
 from tests.support.scripted_engine import LEAK, LEAK_MARKERS, MALFORMED, ScriptedEngine
+from tests.support.sse import sse_payloads
 from tests.support.waiting import wait_until
 
 TIMEOUT = 0.5  # --engine-timeout, seconds
@@ -75,11 +75,6 @@ def fault(engine: ScriptedEngine) -> Iterator[Callable[[str | None], None]]:
         engine.fault = name
     yield set_fault
     engine.fault = None
-
-
-def sse_events(text: str) -> list[Any]:
-    return [orjson.loads(line[6:]) if line[6:] != "[DONE]" else "[DONE]"
-            for line in text.split("\n") if line.startswith("data: ")]
 
 
 def ws_chat(client: TestClient) -> tuple[list[dict[str, Any]], bool]:
@@ -154,7 +149,7 @@ def test_a_misbehaving_engine_is_a_clear_engine_error_on_every_api(
     # OpenAI SSE: before the first event an HTTP error, after it an error event, then [DONE]
     r = client.post("/v1/chat/completions", json={**CHAT, "stream": True})
     if mid:
-        events = sse_events(r.text)
+        events = sse_payloads(r.text)
         assert r.status_code == 200 and events[-1] == "[DONE]", r.text
         assert words in events[-2]["error"]["message"] and events[-2]["error"]["code"] == status
     else:

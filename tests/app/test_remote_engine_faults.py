@@ -20,6 +20,7 @@ from tests.conftest import asset_path
 from tests.support.cli_app import cli_client, logged_lines
 from tests.support.scripted_engine import ScriptedEngine
 from tests.support.session_frames import open_session
+from tests.support.sse import sse_payloads
 from tests.support.waiting import wait_until
 
 pytestmark = pytest.mark.slow  # ~30 s, most of it the --engine-timeout of 2 s waited out: not the fast loop
@@ -58,11 +59,6 @@ def fault(engine: ScriptedEngine) -> Iterator[Callable[[str | None], None]]:
         engine.fault = name
     yield set_fault
     engine.fault = None
-
-
-def sse_data(text: str) -> list[Any]:
-    return [orjson.loads(line[6:]) if line[6:] != "[DONE]" else "[DONE]"
-            for line in text.split("\n") if line.startswith("data: ")]
 
 
 def ws_chat(srv: TestClient, chat: dict[str, Any]) -> tuple[list[dict[str, Any]], bool]:
@@ -106,7 +102,7 @@ def test_a_failing_remote_engine_is_a_clear_error_on_every_api(render: TestClien
     # OpenAI SSE: before the first event an HTTP error, after it an error event, then [DONE]
     r = render.post("/v1/chat/completions", json={**CHAT, "stream": True})
     if mid:
-        events = sse_data(r.text)
+        events = sse_payloads(r.text)
         assert r.status_code == 200 and events[-1] == "[DONE]"  # after the error event, as vLLM
         assert words in events[-2]["error"]["message"] and events[-2]["error"]["code"] == status
     else:
