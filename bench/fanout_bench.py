@@ -155,7 +155,8 @@ async def _round(model: Path, streams: int, tokens: int, profile: cProfile.Profi
         conns = []
         for _ in range(streams):
             conn = Connection(None, Session(services.session, now=loop.time()), services.stages,  # type: ignore[arg-type]
-                              direct=CountingWriter(transport))  # type: ignore[arg-type]
+                              direct=CountingWriter(transport),  # type: ignore[arg-type]
+                              ticks=services.ws_ticks)  # one end-of-tick for all, as the endpoint's
             conn._loop, conn._now, conn._tg = loop, loop.time, tg  # what ``run`` binds
             conn.carry_out()  # session.created
             conns.append(conn)
