@@ -54,6 +54,7 @@ the test agree on any day.
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import sys
 import tempfile
@@ -148,8 +149,10 @@ def record(family: str, python: str, version: str) -> Path:
                     "and template plus the config below; prompt ids from vLLM's /v1/chat/completions/render, "
                     "output ids the case text encoded by the same tokenizer, then vLLM's "
                     "/v1/chat/completions/derender non-streaming ('full') and one token per call with its "
-                    "stream_state ('stream')."),
-        "vllm_version": version, "cases": {}, "render": {}}
+                    "stream_state ('stream'). recorded_on: the day of the recording (UTC), the date a "
+                    "template's strftime_now printed."),
+        "vllm_version": version, "recorded_on": datetime.datetime.now(datetime.UTC).date().isoformat(),
+        "cases": {}, "render": {}}
     environ = dict(spec.get("environ", {}))
     if spec.get("messages_render"):
         out["messages_render"] = {}

@@ -17,11 +17,13 @@ detokenizes it (the recorder's docstring says why); tokenwire gets the ids as an
 The render cases of each file check the prompt ids: tokenwire's ``/v1/chat/completions/render`` gives
 the ids vLLM's render gave (or a 400 where vLLM refused the request); the ``messages_render`` cases do the
 same for Anthropic requests through ``/v1/messages/render``. An entry's ``environ`` (vLLM's environment
-when it was recorded, e.g. ``VLLM_SYSTEM_START_DATE`` for gpt-oss's date line) is tokenwire's too.
+when it was recorded, e.g. ``VLLM_SYSTEM_START_DATE`` for gpt-oss's date line) is tokenwire's too, and
+a file's ``recorded_on`` is today's date for the templates that print it (granite-3.3's ``strftime_now``).
 """
 
 from __future__ import annotations
 
+import datetime
 import functools
 import json
 import re
@@ -48,6 +50,24 @@ _RANDOM_ID = re.compile(r"^((chatcmpl-tool-)?[0-9a-f]{16}|[A-Za-z0-9]{9})$")
 # the ids a parser takes from the model's output (Kimi-K2: functions.NAME:IDX), not random
 _KIMI_ID = re.compile(r"^.+:\d+$")
 SECRET = b"parity-0123456789-abcdefghijklmnopqrstuvwxyz"
+
+
+def _pin_the_date(family: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A template's ``strftime_now`` (transformers' jinja global, read at render time) prints the
+    day vLLM's answers were recorded on, not the day the test runs."""
+    day = FILES[family].get("recorded_on")
+    if day is None:
+        return
+    from transformers.utils import chat_template_utils
+
+    noon = datetime.datetime.combine(datetime.date.fromisoformat(day), datetime.time(12))
+
+    class _RecordedDay(datetime.datetime):
+        @classmethod
+        def now(cls, tz: datetime.tzinfo | None = None) -> _RecordedDay:
+            return cls.fromtimestamp(noon.timestamp(), tz)
+
+    monkeypatch.setattr(chat_template_utils, "datetime", _RecordedDay)
 
 
 @functools.cache
@@ -180,7 +200,8 @@ def test_every_deliberate_difference_is_documented(family: str, name: str) -> No
 
 
 @pytest.mark.parametrize(("family", "name"), RENDERS, ids=[f"{f}/{n}" for f, n in RENDERS])
-def test_the_render_gives_vllms_prompt_ids(family: str, name: str) -> None:
+def test_the_render_gives_vllms_prompt_ids(family: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _pin_the_date(family, monkeypatch)
     item = FILES[family]["render"][name]
     client = client_for(item)
     r = client.post("/v1/chat/completions/render", json={**item["request"], "model": "m"})
@@ -192,7 +213,8 @@ def test_the_render_gives_vllms_prompt_ids(family: str, name: str) -> None:
 
 
 @pytest.mark.parametrize(("family", "name"), MESSAGES_RENDERS, ids=[f"{f}/{n}" for f, n in MESSAGES_RENDERS])
-def test_the_messages_render_gives_vllms_prompt_ids(family: str, name: str) -> None:
+def test_the_messages_render_gives_vllms_prompt_ids(family: str, name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    _pin_the_date(family, monkeypatch)
     item = FILES[family]["messages_render"][name]
     client = client_for(item)
     r = client.post("/v1/messages/render", json={**item["request"], "model": "m"})
