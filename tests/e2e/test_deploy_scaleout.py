@@ -44,8 +44,10 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     # the tiny model writes the script (reasoning, text, a tool call) because a regex makes it
     "chat-tool-reasoning": ("chat", {"messages": WEATHER, "tools": TOOLS, "max_tokens": 120, "temperature": 0,
                                      "structured_outputs": {"regex": regex_literal(TOOL_SCRIPT)}}),
-    "completion": ("completion", {"prompt": "The river", "max_tokens": 60, "temperature": 0}),
-    "messages": ("messages", {"messages": RIVERS, "max_tokens": 60, "temperature": 0}),
+    # long enough that the rest is still being generated when the kill lands (the tiny model makes
+    # 60 tokens in less time than finding and killing a process takes under load)
+    "completion": ("completion", {"prompt": "The river", "max_tokens": 400, "temperature": 0}),
+    "messages": ("messages", {"messages": RIVERS, "max_tokens": 400, "temperature": 0}),
 }
 PATHS = {"chat": "/v1/chat/completions", "completion": "/v1/completions", "messages": "/v1/messages"}
 

@@ -32,7 +32,10 @@ SEMANTIC_PARAMS = frozenset((
     "stream_options", "features",
     # the Responses API's: its input items' rules (a call's output after the call, images, sealed
     # reasoning), the store's state (previous_response_id), the context length, the schema's features
-    "input", "previous_response_id", "response_id", "max_output_tokens", "text"))
+    "input", "previous_response_id", "response_id", "max_output_tokens", "text",
+    # GET /v1/responses/{id}?stream=true of a stored response not created with background: true
+    # (OpenAI's 400, param "stream")
+    "stream"))
 # OpenAI's string error codes, where its API names one (server/responses.py)
 NAMED_CODES = frozenset(("previous_response_not_found",))
 
